@@ -1,0 +1,148 @@
+"""How a stage script gets its configuration, and how bad configuration is reported.
+
+A stage runs in one of two ways, with the same `conf/` behind both:
+
+- under DVC, ``python pipelines/<stage>.py --params params.yaml [key=value ...]``: the config is
+  ``params.yaml`` (which DVC composed from ``conf/``), plus the overrides of a matrix cell. An
+  override of a config group (``task=upos``) loads ``conf/<group>/<choice>.yaml`` into that key;
+  any other override sets a value that must already exist.
+- ad hoc or as a sweep, ``python pipelines/<stage>.py [-m] key=value ...``: Hydra composes
+  ``conf/`` itself, and the stage writes into Hydra's run folder instead of ``artifacts/``.
+
+Each stage validates its own section against a dataclass schema (:func:`section`), so a
+misspelled key fails before any work starts, with the file and key named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from elmolab.errors import ElmolabError
+
+log = logging.getLogger("elmolab")
+
+T = TypeVar("T")
+StageFn = Callable[[DictConfig, Path], Any]
+
+
+def load_params(path: str | os.PathLike[str], overrides: list[str], conf_dir: Path) -> DictConfig:
+    """``params.yaml`` plus matrix-cell overrides (see the module docstring)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ElmolabError("no such params file (run `dvc exp run` or `make params`)", path)
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as err:  # yaml errors carry their own line numbers
+        raise ElmolabError(f"not valid YAML: {err}", path) from err
+    if not isinstance(cfg, DictConfig):
+        raise ElmolabError("expected a mapping at the top level", path)
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if not sep or not key:
+            raise ElmolabError(f"override {override!r} is not of the form key=value", path)
+        group_file = conf_dir / key / f"{value}.yaml"
+        if (conf_dir / key).is_dir() and "." not in key:
+            if not group_file.is_file():
+                choices = sorted(p.stem for p in (conf_dir / key).glob("*.yaml"))
+                raise ElmolabError(
+                    f"unknown choice {value!r} for group {key!r}; choices: {', '.join(choices)}",
+                    conf_dir / key,
+                )
+            cfg[key] = OmegaConf.load(group_file)
+            continue
+        if OmegaConf.select(cfg, key, default=_MISSING) is _MISSING:
+            raise ElmolabError(f"override {override!r}: no key {key!r} in the config", path)
+        OmegaConf.update(cfg, key, yaml.safe_load(value) if value else value)
+    return cfg
+
+
+_MISSING = object()
+
+
+# What the running stage's config came from, for error messages: the params file, or conf/.
+_config_source = "params.yaml"
+
+
+def section(cfg: DictConfig, key: str, schema: type[T], where: str | None = None) -> T:
+    """The config section ``key`` as an instance of the dataclass ``schema``.
+
+    Unknown keys, missing keys and values of the wrong type are errors naming ``where`` (by default
+    the file the running stage's config came from) and the offending key. Nested dataclasses and
+    dicts of them are validated the same way.
+    """
+    where = where or _config_source
+    node = OmegaConf.select(cfg, key)
+    if node is None:
+        raise ElmolabError(f"no section {key!r} in the config", where)
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), node)
+        return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    except OmegaConfBaseException as err:
+        full_key = f"{key}.{err.full_key}" if getattr(err, "full_key", None) else key
+        msg = str(err).splitlines()[0]
+        raise ElmolabError(f"{full_key}: {msg}", where) from err
+
+
+def run_stage(fn: StageFn, stage: str, conf_dir: Path, argv: list[str] | None = None) -> None:
+    """Entry point of ``pipelines/<stage>.py``: load the config, run ``fn(cfg, out_dir)``.
+
+    Under DVC (``--params``) the output folder is ``<paths.artifacts>/<stage>``; otherwise it is
+    the Hydra run (or multirun job) folder. An :class:`ElmolabError` becomes one line on stderr and
+    exit status 2 (set ``ELMOLAB_DEBUG=1`` for the traceback).
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    _configure_logging()
+    if argv[:1] == ["--params"]:
+        if len(argv) < 2:
+            _fail(ElmolabError("--params needs a file (params.yaml)"))
+        global _config_source
+        _config_source = argv[1]
+        try:
+            cfg = load_params(argv[1], argv[2:], conf_dir)
+            out_dir = Path(cfg.paths.artifacts) / stage
+            fn(cfg, out_dir)
+        except ElmolabError as err:
+            _fail(err)
+        return
+
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+
+    @hydra.main(config_path=str(conf_dir.resolve()), config_name="config", version_base="1.3")
+    def _hydra_main(cfg: DictConfig) -> Any:
+        global _config_source
+        _config_source = f"{conf_dir}/config.yaml (with overrides)"
+        try:
+            return fn(cfg, Path(HydraConfig.get().runtime.output_dir))
+        except ElmolabError as err:
+            _fail(err)
+
+    sys.argv = [sys.argv[0], *argv]
+    _hydra_main()
+
+
+def _fail(err: ElmolabError) -> None:
+    if os.environ.get("ELMOLAB_DEBUG"):
+        raise err
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _configure_logging() -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+
+
+def asdict(obj: Any) -> dict[str, Any]:
+    """A dataclass config as a plain dict (for metrics files and loggers)."""
+    return dataclasses.asdict(obj)

@@ -1,0 +1,20 @@
+"""Shared test setup: offline, no W&B, small thread counts, and the data folder."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data"
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The pulled raw data; tests that need it skip with the command that brings it."""
+    if not (DATA / "README.md").is_file():
+        pytest.skip("data/ is missing: run `make install` (it pulls the data with DVC)")
+    return DATA

@@ -1,0 +1,63 @@
+"""conf/ is the single source of truth: params.yaml is its composition; bad keys fail clearly."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from elmolab.config import load_params, section
+from elmolab.errors import ElmolabError
+from elmolab.params import compose_params
+from elmolab.prepare import CorpusConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+
+def test_committed_params_yaml_is_the_composition_of_conf():
+    committed = (ROOT / "params.yaml").read_text(encoding="utf-8")
+    assert committed == compose_params(CONF), (
+        "params.yaml differs from the composition of conf/: run `make params` and commit it"
+    )
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")))
+def test_every_experiment_preset_composes_and_validates(preset):
+    cfg = OmegaConf.create(yaml.safe_load(compose_params(CONF, [f"experiment={preset}"])))
+    section(cfg, "corpus", CorpusConfig)
+
+
+def test_unknown_key_in_a_section_names_the_file_and_key(tmp_path):
+    cfg = OmegaConf.create(yaml.safe_load(compose_params(CONF)))
+    cfg.corpus.vocab_max_sise = 10
+    with pytest.raises(ElmolabError, match=r"params.yaml: corpus.*vocab_max_sise"):
+        section(cfg, "corpus", CorpusConfig)
+
+
+def test_params_overrides_set_existing_keys_only(tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text(compose_params(CONF), encoding="utf-8")
+    cfg = load_params(params, ["corpus.vocab_min_count=7", "seed=3"], CONF)
+    assert cfg.corpus.vocab_min_count == 7 and cfg.seed == 3
+    with pytest.raises(ElmolabError, match=r"no key 'corpus\.nope'"):
+        load_params(params, ["corpus.nope=1"], CONF)
+    with pytest.raises(ElmolabError, match="unknown choice 'nope' for group 'corpus'"):
+        load_params(params, ["corpus=nope"], CONF)
+
+
+def test_stage_reports_a_bad_key_in_one_line_without_traceback(tmp_path):
+    params = tmp_path / "params.yaml"
+    text = compose_params(CONF).replace("vocab_min_count:", "vocab_min_cnt:")
+    params.write_text(text, encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "pipelines/prepare.py", "--params", str(params)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert f"error: {params}: corpus.vocab_min_cnt" in proc.stderr
