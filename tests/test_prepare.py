@@ -188,7 +188,7 @@ def test_wikitext_documents_are_articles_without_headings(data_dir):
     source = open_source("w", "wikitext", data_dir / "corpus/wikitext-2/valid.txt")
     docs = source.documents()
     assert len(docs) == 60 and docs[0] == "0000-Homarus gammarus"
-    doc_id, sentences = next(source.iter_documents())
+    _, sentences = next(source.iter_documents())
     first = next(sentences)
     assert first[:4] == ["Homarus", "gammarus", ",", "known"] and first[-1] == "."
     assert all("=" not in s[0] for s in sentences)
