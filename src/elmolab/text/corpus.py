@@ -21,6 +21,7 @@ Bytes that are not UTF-8 are replaced by U+FFFD and counted per file (:attr:`rep
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import zipfile
@@ -112,6 +113,17 @@ class _ZipSource(CorpusSource):
         raise NotImplementedError
 
 
+@functools.cache
+def _english():  # type: ignore[no-untyped-def]
+    """spaCy's rule-based English tokenizer and sentencizer, one for every source: its string
+    store grows with the types seen, so sharing it keeps memory bound to the vocabulary."""
+    from spacy.lang.en import English
+
+    nlp = English()
+    nlp.add_pipe("sentencizer")
+    return nlp
+
+
 def _strip_tag(token: str, sep: str) -> str:
     word, found, _tag = token.rpartition(sep)
     return word if found and word else token
@@ -142,19 +154,11 @@ class RawTextZipSource(_ZipSource):
 
     member_pattern = re.compile(r"\.txt$")
 
-    @cached_property
-    def _nlp(self):  # type: ignore[no-untyped-def]
-        from spacy.lang.en import English
-
-        nlp = English()
-        nlp.add_pipe("sentencizer")
-        return nlp
-
     def _parse_line(self, line: str, where: str, number: int) -> Iterable[Sentence]:
         if not line.strip():
             return []
         sentences = []
-        for span in self._nlp(line.strip()).sents:
+        for span in _english()(line.strip()).sents:
             tokens = [piece for tok in span if not tok.is_space for piece in tok.text.split()]
             if tokens:
                 sentences.append(tokens)
