@@ -5,6 +5,8 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Where a CPU build of torch lies on this kind of machine; pip looks there first if it exists.
+FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export DVC_NO_ANALYTICS := 1
 export WANDB_MODE ?= offline
@@ -25,7 +27,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q --upgrade "pip>=24"
 	# torch is pinned (==2.13.0) in the same pip call as everything else: without the pin,
 	# lightning would pull a multi-GB CUDA build.
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install -q $(FIND_LINKS) -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
 install: $(STAMP) data ## Create .venv with every dependency and pull the data (about a minute)
