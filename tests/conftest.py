@@ -18,3 +18,11 @@ def data_dir() -> Path:
     if not (DATA / "README.md").is_file():
         pytest.skip("data/ is missing: run `make install` (it pulls the data with DVC)")
     return DATA
+
+
+def pytest_configure(config):
+    # One intra-op thread: the tests' tensors are small, and OpenMP threads that spin-wait on a
+    # shared 2-core machine slow small ops down by an order of magnitude.
+    import torch
+
+    torch.set_num_threads(1)

@@ -1,0 +1,77 @@
+"""Span F1 (seqeval, counted as conlleval does) and accuracy against hand-computed values."""
+
+import pytest
+import torch
+
+from elmolab.probing.metrics import LabelVocabulary, accuracy, span_f1, task_score
+
+
+def _f1(precision: float, recall: float) -> float:
+    return 2 * precision * recall / (precision + recall)
+
+
+@pytest.mark.parametrize(
+    ("gold", "predicted", "expected"),
+    [
+        pytest.param(
+            [["B-NP", "I-NP", "O", "B-VP"]], [["B-NP", "I-NP", "O", "B-VP"]], 1.0, id="exact"
+        ),
+        # gold NP(0-1) LOC(3); predicted NP(0) LOC(3): a partial span is wrong, 1 of 2 right
+        pytest.param(
+            [["B-NP", "I-NP", "O", "B-LOC"]], [["B-NP", "O", "O", "B-LOC"]], 0.5, id="partial"
+        ),
+        # the right boundaries with the wrong type count for nothing
+        pytest.param(
+            [["B-PER", "I-PER", "O", "B-ORG"]], [["B-ORG", "I-ORG", "O", "B-ORG"]], 0.5, id="type"
+        ),
+        # conlleval: an I- that starts the sentence (or follows O) opens a chunk
+        pytest.param([["O", "B-NP", "I-NP"]], [["O", "I-NP", "I-NP"]], 1.0, id="I-without-B"),
+        # conlleval: I-VP after B-NP closes NP and opens VP; gold has one NP chunk, predicted
+        # NP(0) and VP(1): nothing right
+        pytest.param([["B-NP", "I-NP"]], [["B-NP", "I-VP"]], 0.0, id="I-of-another-type"),
+        # ... which is why B-NP I-VP matches gold B-NP B-VP exactly
+        pytest.param([["B-NP", "B-VP"]], [["B-NP", "I-VP"]], 1.0, id="I-type-change-opens"),
+        # 4 gold chunks, 2 predicted, both right: P = 1, R = 1/2
+        pytest.param(
+            [["B-NP", "O", "B-NP", "B-PP"], ["B-NP"]],
+            [["B-NP", "O", "O", "B-PP"], ["O"]],
+            _f1(1.0, 1 / 2),
+            id="micro-over-sentences",
+        ),
+        # a chunk never continues into the next sentence: I-NP there opens a new chunk
+        pytest.param([["B-NP"], ["I-NP"]], [["B-NP"], ["B-NP"]], 1.0, id="sentence-boundary"),
+        pytest.param([["O", "O"]], [["O", "O"]], 0.0, id="no-chunks"),
+        # 2 gold chunks; predicted NP(0-1) wrong, VP(3) right and a spurious NP(4): P 1/3, R 1/2
+        pytest.param(
+            [["B-NP", "O", "O", "B-VP", "O"]],
+            [["B-NP", "I-NP", "O", "B-VP", "I-NP"]],
+            _f1(1 / 3, 1 / 2),
+            id="spurious",
+        ),
+    ],
+)
+def test_span_f1_hand_computed(
+    gold: list[list[str]], predicted: list[list[str]], expected: float
+) -> None:
+    assert span_f1(gold, predicted) == pytest.approx(expected)
+
+
+def test_span_f1_rejects_misaligned_input() -> None:
+    with pytest.raises(ValueError, match="sentence 0: 2 gold tags but 1 predicted"):
+        span_f1([["O", "O"]], [["O"]])
+    with pytest.raises(ValueError, match="1 gold sentences but 2 predicted"):
+        span_f1([["O"]], [["O"], ["O"]])
+
+
+def test_accuracy_is_micro() -> None:
+    gold = torch.tensor([0, 0, 0, 1, 2, 2])
+    predicted = torch.tensor([0, 0, 1, 1, 2, 0])
+    assert accuracy(predicted, gold, num_classes=3) == pytest.approx(4 / 6)
+
+
+def test_task_score_decodes_sentences_for_span_f1() -> None:
+    vocabulary = LabelVocabulary(["B-NP", "I-NP", "O"])  # ids 0, 1, 2
+    gold = torch.tensor([0, 1, 2, 0])  # sentences [B-NP I-NP O] [B-NP]
+    predicted = torch.tensor([0, 2, 2, 1])  # [B-NP O O] [I-NP]: the second chunk is right
+    assert task_score("span_f1", predicted, gold, [3, 1], vocabulary) == pytest.approx(0.5)
+    assert task_score("accuracy", predicted, gold, [3, 1], vocabulary) == pytest.approx(0.5)
