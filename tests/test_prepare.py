@@ -52,7 +52,7 @@ def test_prepare_writes_shards_vocab_and_stats(tmp_path):
     train_lines = [line for shard in sorted((out / "train").glob("*.txt")) for line in shard.open()]
     assert all(line.endswith("\n") and "  " not in line for line in train_lines)
     assert "The cat sat .\n" in train_lines
-    assert sorted(p.name for p in (out / "train").glob("*.txt"))[0] == "masc-00000.txt"
+    assert sorted(p.name for p in (out / "train").glob("*.txt"))[0] == "shard-masc-00000.txt"
     assert stats["splits"]["train"]["documents"] == 6
     assert stats["splits"]["valid"]["documents"] == 2
     assert stats["splits"]["test"]["documents"] == 2

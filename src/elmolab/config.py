@@ -85,6 +85,8 @@ def section(cfg: DictConfig, key: str, schema: type[T], where: str | None = None
     if node is None:
         raise ElmolabError(f"no section {key!r} in the config", where)
     try:
+        if isinstance(node, DictConfig):  # resolve ${...} against the whole config first
+            node = OmegaConf.to_container(node, resolve=True)
         merged = OmegaConf.merge(OmegaConf.structured(schema), node)
         return OmegaConf.to_object(merged)  # type: ignore[return-value]
     except OmegaConfBaseException as err:
@@ -123,7 +125,7 @@ def run_stage(fn: StageFn, stage: str, conf_dir: Path, argv: list[str] | None = 
         global _config_source
         _config_source = f"{conf_dir}/config.yaml (with overrides)"
         try:
-            return fn(cfg, Path(HydraConfig.get().runtime.output_dir))
+            return fn(cfg, Path(HydraConfig.get().runtime.output_dir) / stage)
         except ElmolabError as err:
             _fail(err)
 

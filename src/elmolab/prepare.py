@@ -2,9 +2,9 @@
 
 Output (``out_dir``, replaced whole and only when complete)::
 
-    train/<source>-00000.txt ...   one sentence per line, tokens separated by single spaces
-    valid/<source>-00000.txt ...
-    test/<source>-00000.txt ...
+    train/shard-<source>-00000.txt ...   one sentence per line, tokens separated by single spaces
+    valid/shard-<source>-00000.txt ...
+    test/shard-<source>-00000.txt ...
     vocab.txt                      <S>, </S>, <UNK>, then training tokens by descending frequency
     stats.json                     sentences, tokens, types, OOV rate per split and per source
 
@@ -80,7 +80,7 @@ class _ShardWriter:
         if self._fh is None or self._lines == self.per_shard:
             self.close()
             self._index += 1
-            path = self.folder / f"{self.source}-{self._index:05d}.txt"
+            path = self.folder / f"shard-{self.source}-{self._index:05d}.txt"
             self._fh = path.open("w", encoding="utf-8", newline="\n")
             self.paths.append(path)
             self._lines = 0
@@ -142,8 +142,9 @@ def prepare_corpus(cfg: CorpusConfig, out_dir: Path, seed: int) -> dict[str, Any
         train_counts: Counter[str] = Counter()
         tallies: dict[tuple[str, str], _Tally] = {}
         dropped: Counter[str] = Counter()
+        shards: dict[tuple[str, str], list[Path]] = {}
         for source in sources:
-            _read_source(source, cfg, seed, tmp, train_counts, tallies, dropped)
+            shards.update(_read_source(source, cfg, seed, tmp, train_counts, tallies, dropped))
         if not train_counts:
             raise ElmolabError(
                 "the training split is empty after filtering "
@@ -152,7 +153,7 @@ def prepare_corpus(cfg: CorpusConfig, out_dir: Path, seed: int) -> dict[str, Any
             )
         vocab = build_vocabulary(train_counts, cfg.vocab_max_size, cfg.vocab_min_count)
         (tmp / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-        stats = _statistics(tmp, sources, vocab, train_counts, tallies, dropped)
+        stats = _statistics(shards, sources, vocab, train_counts, tallies, dropped)
         stats["wall_seconds"] = round(time.perf_counter() - started, 2)
         write_json(tmp / "stats.json", stats)
     log.info(
@@ -172,7 +173,8 @@ def _read_source(
     train_counts: Counter[str],
     tallies: dict[tuple[str, str], _Tally],
     dropped: Counter[str],
-) -> None:
+) -> dict[tuple[str, str], list[Path]]:
+    """Stream one source into its shards; return the shard files per ``(source, split)``."""
     documents = source.documents()
     if cfg.max_documents is not None:
         documents = documents[: cfg.max_documents]
@@ -203,10 +205,11 @@ def _read_source(
         raise ElmolabError(f"source {source.name!r} has no sentence", source.path)
     for where, count in source.replacements.items():
         log.warning("%s: %d undecodable bytes replaced by U+FFFD", where, count)
+    return {(source.name, split): writer.paths for split, writer in writers.items()}
 
 
 def _statistics(
-    tmp: Path,
+    shards: dict[tuple[str, str], list[Path]],
     sources: list[CorpusSource],
     vocab: list[str],
     train_counts: Counter[str],
@@ -225,7 +228,7 @@ def _statistics(
         nll = 0.0
         for source in sources:
             counts: Counter[str] = Counter()
-            for shard in sorted((tmp / split).glob(f"{source.name}-*.txt")):
+            for shard in shards[(source.name, split)]:
                 with shard.open(encoding="utf-8") as fh:
                     for line in fh:
                         counts.update(line.split())

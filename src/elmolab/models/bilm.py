@@ -1,0 +1,400 @@
+"""The ELMo biLM: a character CNN token encoder and two LSTM stacks, forward and backward.
+
+For a sentence ``w_1 .. w_n`` the model reads ``<S> w_1 .. w_n </S>``::
+
+    x_t     = CharCNN(chars(w_t))                               (proj)
+    f^k_t   = forward LSTM layer k over x_0 .. x_t              (proj)
+    b^k_t   = backward LSTM layer k over x_{n+1} .. x_t         (proj)
+    layer 0 = [x_t; x_t],  layer k = [f^k_t; b^k_t]              (2 * proj)
+
+and returns the layers for ``w_1 .. w_n`` (the marks are removed). The backward LSTM reads each
+sentence reversed by its own length; its outputs are re-reversed so position t lines up.
+
+States: stateless (the default) starts every call from zero. Stateful keeps ``(h, c)`` per row
+from one call to the next (row r of batch k+1 starts where row r of batch k ended, at its last
+real token), as bilm-tf and the reference PyTorch port do; ``reset_states()`` forgets them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from elmolab.errors import ElmolabError
+from elmolab.fsutil import write_json
+from elmolab.models.char_cnn import ACTIVATIONS, CharCNN
+from elmolab.models.lstm import LstmStack, LstmState
+from elmolab.text.chars import BOS_TOKEN, EOS_TOKEN, N_CHARACTERS_INFERENCE, char_ids_for_token
+
+ELMO_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+PUBLISHED_SHAPES = {  # name: (lstm dim, projection dim, n_highway), all with ELMO_FILTERS
+    "small": (1024, 128, 1),  # elmo_2x1024_128_2048cnn_1xhighway, 13.6M parameters
+    "medium": (2048, 256, 1),  # elmo_2x2048_256_2048cnn_1xhighway, 28.0M parameters
+    "original": (4096, 512, 2),  # elmo_2x4096_512_2048cnn_2xhighway, 93.6M parameters
+}
+
+
+@dataclass
+class LstmOptions:
+    """``options.json["lstm"]``."""
+
+    dim: int  # memory cell size
+    projection_dim: int  # output (and token vector) size; bilm-tf projects only when < dim
+    n_layers: int  # LSTM layers per direction (2 in ELMo)
+    cell_clip: float | None  # memory cells clipped to [-cell_clip, cell_clip]; None: no clip
+    proj_clip: float | None  # projected outputs clipped likewise
+    use_skip_connections: bool = False  # layer k >= 2 adds its input; absent key means False
+
+
+@dataclass
+class CharCNNOptions:
+    """``options.json["char_cnn"]`` (``embedding.dim`` flattened to ``embedding_dim``)."""
+
+    filters: list[list[int]]  # [[width, n_filters], ...]
+    embedding_dim: int  # character embedding size (16 in ELMo)
+    n_highway: int  # highway layers over the concatenated filters
+    n_characters: int = N_CHARACTERS_INFERENCE  # must be 262: inference ids, 0 is padding
+    max_characters_per_token: int = 50  # bytes are cut at this minus 2
+    activation: str = "relu"  # after the max over positions: relu or tanh
+
+
+@dataclass
+class BiLMOptions:
+    """bilm-tf's ``options.json``: ``{"lstm": {...}, "char_cnn": {...}, "dropout": p, ...}``.
+
+    Keys that the reference implementations read without a default are required;
+    ``use_skip_connections`` defaults to False and ``dropout`` (training only) to 0. Other
+    top-level keys (bilm-tf's training settings such as ``n_tokens_vocab``) are kept in ``extra``
+    and written back unchanged.
+    """
+
+    lstm: LstmOptions
+    char_cnn: CharCNNOptions
+    dropout: float = 0.0  # on every LSTM layer's input, in training only
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def published(cls, name: str, dropout: float = 0.0) -> BiLMOptions:
+        """The options of a published ELMo size: ``small``, ``medium`` or ``original``."""
+        dim, projection_dim, n_highway = PUBLISHED_SHAPES[name]
+        return cls(
+            LstmOptions(dim, projection_dim, 2, 3.0, 3.0, use_skip_connections=True),
+            CharCNNOptions([list(f) for f in ELMO_FILTERS], 16, n_highway),
+            dropout=dropout,
+        )
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike[str]) -> BiLMOptions:
+        """Read and validate an ``options.json``; every problem is an ElmolabError naming it."""
+        try:
+            text = open(path, encoding="utf-8").read()  # noqa: SIM115
+        except FileNotFoundError:
+            raise ElmolabError("no such options file", path) from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise ElmolabError(f"cannot read options file: {error}", path) from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ElmolabError(f"not valid JSON: {error}", path) from None
+        return cls.from_dict(data, source=path)
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str | os.PathLike[str] | None = None) -> BiLMOptions:
+        """Validate the parsed JSON; ``source`` names the file in error messages."""
+
+        def fail(problem: str) -> ElmolabError:
+            return ElmolabError(problem, source)
+
+        def get(section: Any, key: str, dotted: str, default: Any = ...) -> Any:
+            if not isinstance(section, dict):
+                raise fail(f"'{dotted.rsplit('.', 1)[0]}' must be a JSON object")
+            if key not in section:
+                if default is ...:
+                    raise fail(f"missing key '{dotted}'")
+                return default
+            return section[key]
+
+        def positive_int(value: Any, dotted: str) -> int:
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise fail(f"'{dotted}' must be a positive integer, got {value!r}")
+            return value
+
+        def clip(value: Any, dotted: str) -> float | None:
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise fail(f"'{dotted}' must be a positive number or null, got {value!r}")
+            return float(value)
+
+        lstm = get(data, "lstm", "lstm")
+        cnn = get(data, "char_cnn", "char_cnn")
+        lstm_options = LstmOptions(
+            dim=positive_int(get(lstm, "dim", "lstm.dim"), "lstm.dim"),
+            projection_dim=positive_int(
+                get(lstm, "projection_dim", "lstm.projection_dim"), "lstm.projection_dim"
+            ),
+            n_layers=positive_int(get(lstm, "n_layers", "lstm.n_layers"), "lstm.n_layers"),
+            cell_clip=clip(get(lstm, "cell_clip", "lstm.cell_clip"), "lstm.cell_clip"),
+            proj_clip=clip(get(lstm, "proj_clip", "lstm.proj_clip"), "lstm.proj_clip"),
+            use_skip_connections=bool(
+                get(lstm, "use_skip_connections", "lstm.use_skip_connections", False)
+            ),
+        )
+        filters = get(cnn, "filters", "char_cnn.filters")
+        if (
+            not isinstance(filters, list)
+            or not filters
+            or not all(isinstance(f, list) and len(f) == 2 for f in filters)
+        ):
+            raise fail(f"'char_cnn.filters' must be a list of [width, n_filters], got {filters!r}")
+        embedding = get(cnn, "embedding", "char_cnn.embedding")
+        cnn_options = CharCNNOptions(
+            filters=[
+                [positive_int(w, "char_cnn.filters"), positive_int(n, "char_cnn.filters")]
+                for w, n in filters
+            ],
+            embedding_dim=positive_int(
+                get(embedding, "dim", "char_cnn.embedding.dim"), "char_cnn.embedding.dim"
+            ),
+            n_highway=get(cnn, "n_highway", "char_cnn.n_highway"),
+            n_characters=get(cnn, "n_characters", "char_cnn.n_characters"),
+            max_characters_per_token=positive_int(
+                get(cnn, "max_characters_per_token", "char_cnn.max_characters_per_token"),
+                "char_cnn.max_characters_per_token",
+            ),
+            activation=get(cnn, "activation", "char_cnn.activation"),
+        )
+        if isinstance(cnn_options.n_highway, bool) or not isinstance(cnn_options.n_highway, int):
+            raise fail(f"'char_cnn.n_highway' must be an integer, got {cnn_options.n_highway!r}")
+        if cnn_options.n_characters != N_CHARACTERS_INFERENCE:
+            raise fail(
+                f"'char_cnn.n_characters' must be {N_CHARACTERS_INFERENCE} (inference ids, "
+                f"0 = padding; set it after training as bilm-tf does), "
+                f"got {cnn_options.n_characters!r}"
+            )
+        if cnn_options.activation not in ACTIVATIONS:
+            raise fail(
+                f"'char_cnn.activation' must be one of {sorted(ACTIVATIONS)}, "
+                f"got {cnn_options.activation!r}"
+            )
+        if max(w for w, _ in cnn_options.filters) > cnn_options.max_characters_per_token:
+            raise fail("a filter is wider than 'char_cnn.max_characters_per_token'")
+        if lstm_options.projection_dim >= lstm_options.dim:
+            raise fail(
+                f"'lstm.projection_dim' ({lstm_options.projection_dim}) must be smaller than "
+                f"'lstm.dim' ({lstm_options.dim}): bilm-tf stores no projection otherwise"
+            )
+        if sum(n for _, n in cnn_options.filters) == lstm_options.projection_dim:
+            raise fail(
+                "the char CNN's filter count equals 'lstm.projection_dim': bilm-tf stores no "
+                "CNN projection then, which elmolab does not support"
+            )
+        dropout = get(data, "dropout", "dropout", 0.0)
+        if (
+            isinstance(dropout, bool)
+            or not isinstance(dropout, int | float)
+            or not 0 <= dropout < 1
+        ):
+            raise fail(f"'dropout' must be a number in [0, 1), got {dropout!r}")
+        extra = {k: v for k, v in data.items() if k not in ("lstm", "char_cnn", "dropout")}
+        return cls(lstm_options, cnn_options, float(dropout), extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``options.json`` content, in bilm-tf's nesting."""
+        lstm, cnn = self.lstm, self.char_cnn
+        return {
+            "lstm": {
+                "dim": lstm.dim,
+                "projection_dim": lstm.projection_dim,
+                "n_layers": lstm.n_layers,
+                "cell_clip": lstm.cell_clip,
+                "proj_clip": lstm.proj_clip,
+                "use_skip_connections": lstm.use_skip_connections,
+            },
+            "char_cnn": {
+                "embedding": {"dim": cnn.embedding_dim},
+                "filters": [list(f) for f in cnn.filters],
+                "n_highway": cnn.n_highway,
+                "n_characters": cnn.n_characters,
+                "max_characters_per_token": cnn.max_characters_per_token,
+                "activation": cnn.activation,
+            },
+            "dropout": self.dropout,
+            **self.extra,
+        }
+
+    def to_json(self, path: str | os.PathLike[str]) -> None:
+        """Write ``options.json`` atomically."""
+        write_json(path, self.to_dict())
+
+
+class BiLMOutput(NamedTuple):
+    """What ``BiLM.forward`` returns."""
+
+    layers: Tensor  # (batch, n_layers + 1, time, 2 * proj), zero past each row's length
+    mask: Tensor  # (batch, time) bool: True where a token is
+
+
+class BiLMState(NamedTuple):
+    """The recurrent state of both directions."""
+
+    forward: LstmState  # h (layers, batch, proj), c (layers, batch, cell)
+    backward: LstmState
+
+
+class BiLM(nn.Module):
+    """ELMo's bidirectional language model without its softmax (see the module docstring).
+
+    ``BiLM(options, stateful=False)``; ``options.dropout`` applies in train mode only.
+    Submodules: ``token_encoder`` (CharCNN), ``forward_lstm`` and ``backward_lstm`` (LstmStack).
+    """
+
+    def __init__(self, options: BiLMOptions, stateful: bool = False) -> None:
+        super().__init__()
+        self.options = options
+        self.stateful = stateful
+        cnn, lstm = options.char_cnn, options.lstm
+        self.token_encoder = CharCNN(
+            cnn.filters,
+            cnn.embedding_dim,
+            cnn.n_highway,
+            lstm.projection_dim,
+            cnn.n_characters,
+            cnn.activation,
+        )
+        self.forward_lstm, self.backward_lstm = (
+            LstmStack(
+                lstm.n_layers,
+                lstm.projection_dim,
+                lstm.dim,
+                lstm.projection_dim,
+                lstm.cell_clip,
+                lstm.proj_clip,
+                lstm.use_skip_connections,
+                options.dropout,
+            )
+            for _ in range(2)
+        )
+        max_chars = cnn.max_characters_per_token
+        marks = [char_ids_for_token(t, max_chars) for t in (BOS_TOKEN, EOS_TOKEN)]
+        self.register_buffer("sentence_marks", torch.tensor(marks), persistent=False)
+        self._states: BiLMState | None = None
+
+    def reset_states(self) -> None:
+        """Forget the states carried between calls in stateful mode."""
+        self._states = None
+
+    def forward(self, char_ids: Tensor) -> BiLMOutput:
+        """``char_ids``: long (batch, time, chars), inference ids (+1 shift, 0 = padding), tokens
+        left-aligned and without sentence marks: ``<S>``/``</S>`` are added here and removed from
+        the outputs. Returns every layer (batch, n_layers + 1, time, 2 * proj) and the mask.
+        """
+        mask = (char_ids > 0).any(dim=-1)  # (batch, time)
+        return self.contextualize(self.token_encoder(char_ids), mask)
+
+    def contextualize(self, tokens: Tensor, mask: Tensor) -> BiLMOutput:
+        """``forward`` from token vectors (batch, time, proj), e.g. cached ones, and their mask
+        (batch, time) bool, True on the left-aligned tokens of each row.
+        """
+        batch, time, proj = tokens.shape
+        lengths = mask.sum(dim=1) + 2  # (batch,) with <S> and </S>
+        order = torch.argsort(lengths, descending=True, stable=True)  # longest row first
+        lengths = lengths[order]  # (batch,)
+        steps = torch.arange(time + 2, device=tokens.device)  # (time + 2,)
+        batch_sizes = (lengths[None, :] > steps[:, None]).sum(dim=1).tolist()  # rows per step
+
+        bos, eos = self.token_encoder.encode_tokens(self.sentence_marks)  # (proj,) each
+        x = tokens.new_zeros(batch, time + 2, proj)  # (batch, time + 2, proj)
+        x[:, 1:-1] = tokens[order]
+        x[:, 0] = bos
+        x[torch.arange(batch, device=tokens.device), lengths - 1] = eos
+
+        # Reversing row r maps position t < length_r to length_r - 1 - t; padding stays put.
+        reverse = torch.where(steps < lengths[:, None], lengths[:, None] - 1 - steps, steps)
+        reverse = reverse[..., None].expand_as(x)  # (batch, time + 2, proj)
+        state = self._initial_state(order)
+        forward, forward_state = self.forward_lstm(
+            x, batch_sizes, None if state is None else state.forward
+        )  # n_layers x (batch, time + 2, proj)
+        backward, backward_state = self.backward_lstm(
+            x.gather(1, reverse), batch_sizes, None if state is None else state.backward
+        )  # n_layers x (batch, time + 2, proj), reversed
+        if self.stateful:
+            self._store_state(BiLMState(forward_state, backward_state), order)
+
+        layers = [torch.cat([x, x], dim=-1)]  # (batch, time + 2, 2 * proj)
+        for f, b in zip(forward, backward, strict=True):
+            layers.append(torch.cat([f, b.gather(1, reverse)], dim=-1))
+        stacked = torch.stack(layers, dim=1)[:, :, 1:-1]  # (batch, n_layers + 1, time, 2 * proj)
+        restore = torch.argsort(order)  # (batch,)
+        stacked = stacked[restore] * mask[:, None, :, None]  # (batch, n_layers + 1, time, 2 * proj)
+        return BiLMOutput(stacked, mask)
+
+    def encode_lm(
+        self, forward_char_ids: Tensor, backward_char_ids: Tensor, states: BiLMState | None = None
+    ) -> tuple[list[Tensor], list[Tensor], BiLMState]:
+        """Run both language models for training with truncated backpropagation through time.
+
+        ``forward_char_ids`` and ``backward_char_ids``: long (batch, time, chars), inference ids,
+        every row full (no padding) and already in reading order: the backward stream is the
+        text reversed, sentence marks included as the stream has them. ``states``: where each
+        row's previous window ended (None: zeros).
+
+        Returns the outputs of every LSTM layer of each direction, n_layers x (batch, time, proj)
+        in reading order (``[-1]`` feeds the softmax; bilm-tf also applies dropout to it there),
+        and the final states, detached so the next window does not backpropagate into this one.
+        The token vectors are ``token_encoder(char_ids)``.
+        """
+        batch = forward_char_ids.shape[0]
+        both = torch.cat([forward_char_ids, backward_char_ids])  # (2 * batch, time, chars)
+        tokens = self.token_encoder(both)  # (2 * batch, time, proj)
+        forward, forward_state = self.forward_lstm(
+            tokens[:batch], None, None if states is None else states.forward
+        )
+        backward, backward_state = self.backward_lstm(
+            tokens[batch:], None, None if states is None else states.backward
+        )
+        detached = BiLMState(
+            LstmState(*(s.detach() for s in forward_state)),
+            LstmState(*(s.detach() for s in backward_state)),
+        )
+        return forward, backward, detached
+
+    def _initial_state(self, order: Tensor) -> BiLMState | None:
+        """The stored states of rows ``0 .. batch - 1`` (zeros for rows never seen), sorted."""
+        if not self.stateful or self._states is None:
+            return None
+        return BiLMState(
+            *(
+                LstmState(*(_with_rows(s, len(order))[:, order] for s in direction))
+                for direction in self._states
+            )
+        )
+
+    def _store_state(self, final: BiLMState, order: Tensor) -> None:
+        """Store a sorted batch's final states under rows ``order``; other rows keep theirs."""
+        directions = []
+        for d, new in enumerate(final):
+            merged = []
+            for s, new_s in zip(LstmState._fields, new, strict=True):
+                if self._states is None:
+                    stored = new_s.new_zeros(new_s.shape[0], len(order), new_s.shape[2])
+                else:
+                    stored = _with_rows(getattr(self._states[d], s), len(order)).clone()
+                stored[:, order] = new_s.detach()
+                merged.append(stored)
+            directions.append(LstmState(*merged))
+        self._states = BiLMState(*directions)
+
+
+def _with_rows(stored: Tensor, rows: int) -> Tensor:
+    """A state (layers, stored rows, dim) with zero rows appended up to at least ``rows``."""
+    missing = rows - stored.shape[1]
+    if missing <= 0:
+        return stored
+    return torch.cat([stored, stored.new_zeros(stored.shape[0], missing, stored.shape[2])], dim=1)

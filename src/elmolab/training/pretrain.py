@@ -1,0 +1,366 @@
+"""The pretrain stage: train the biLM with Lightning, export it in bilm-tf's format, measure it.
+
+Outputs (``out_dir``, replaced whole when complete)::
+
+    model.pt              elmolab checkpoint of the biLM ({"options", "state_dict"}, weights only)
+    options.json          bilm-tf options (readable by `elmolab embed` and bilm-tf itself)
+    weights.hdf5          bilm-tf lm_weights.hdf5 layout
+    softmax.hdf5          the word softmax (softmax/W (V, proj), softmax/b (V,)): not in bilm-tf's
+                          weights file, so written beside it
+    vocab.txt             the softmax vocabulary
+    metrics.json          valid/test perplexities (full softmax), unigram baselines, tokens/s,
+                          wall time, parameter counts
+    curve.csv             the learning curve (step, tokens, train loss, validation perplexities)
+
+Resumable checkpoints live in ``ckpt_dir`` (kept across interrupted runs: DVC persists it). A
+run resumes from ``ckpt_dir/last.ckpt`` when that checkpoint belongs to an unfinished run of the
+same configuration; otherwise training starts from scratch.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h5py
+import lightning.pytorch as pl
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+
+from elmolab.errors import ElmolabError
+from elmolab.fsutil import atomic_dir, atomic_path, write_json
+from elmolab.io.bilm_tf import export_bilm, save_bilm_checkpoint
+from elmolab.text.vocab import Vocabulary
+from elmolab.training.data import LMDataModule
+from elmolab.training.module import BiLMPretrainer, count_parameters
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SoftmaxConfig:
+    kind: str
+    n_negative_samples: int
+    adaptive_cutoffs: list[int]
+
+
+@dataclass
+class PretrainConfig:
+    """Schema of the ``pretrain`` config section (values and reasons: conf/pretrain/)."""
+
+    batch_size: int
+    unroll_steps: int
+    softmax: SoftmaxConfig
+    optimizer: dict[str, Any]
+    gradient_clip_val: float | None
+    max_steps: int | None
+    max_epochs: int | None
+    max_time: str | None
+    val_every_n_steps: int
+    limit_val_batches: int | None
+    checkpoint_every_n_steps: int
+
+
+@dataclass
+class TrainerConfig:
+    """Schema of the ``trainer`` config section (conf/trainer/)."""
+
+    accelerator: str
+    devices: Any
+    num_nodes: int
+    strategy: str
+    precision: str
+    num_threads: int | None
+    log_every_n_steps: int
+    enable_progress_bar: bool
+    deterministic: bool
+
+
+@dataclass
+class ModelConfig:
+    """Schema of the ``model`` section: bilm-tf's options.json plus a preset name."""
+
+    name: str
+    lstm: dict[str, Any]
+    char_cnn: dict[str, Any]
+    dropout: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def options(self) -> dict[str, Any]:
+        return {"lstm": self.lstm, "char_cnn": self.char_cnn, "dropout": self.dropout}
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Checkpoints written to a temporary file and renamed: a kill never leaves half a file."""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None
+    ) -> None:
+        with atomic_path(path) as tmp:
+            super().save_checkpoint(checkpoint, tmp, storage_options)
+
+
+class _Throughput(Callback):
+    """Training tokens per second over the steps of this process (excluding validation)."""
+
+    def __init__(self, tokens_per_row_step: int) -> None:
+        self.tokens_per_row_step = tokens_per_row_step  # batch_size * unroll_steps
+        self.tokens_per_step = tokens_per_row_step
+        self.seconds = 0.0
+        self.steps = 0
+        self._start = 0.0
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.tokens_per_step = self.tokens_per_row_step * trainer.world_size
+
+    def on_train_batch_start(self, *args: Any) -> None:
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        self.seconds += time.perf_counter() - self._start
+        self.steps += 1
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.steps * self.tokens_per_step / self.seconds if self.seconds else 0.0
+
+
+def fingerprint(*parts: Any) -> str:
+    """A short hash of the settings a checkpoint is valid for."""
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _resume_path(ckpt_dir: Path, run_id: str) -> Path | None:
+    """``last.ckpt`` if ``ckpt_dir`` holds an unfinished run with ``run_id``; else clear it."""
+    marker = ckpt_dir / "run.json"
+    last = ckpt_dir / "last.ckpt"
+    if marker.is_file() and last.is_file():
+        info = json.loads(marker.read_text())
+        if info.get("run_id") == run_id and not info.get("complete"):
+            return last
+    if ckpt_dir.exists():
+        shutil.rmtree(ckpt_dir)
+    ckpt_dir.mkdir(parents=True)
+    write_json(marker, {"run_id": run_id, "complete": False})
+    return None
+
+
+def pretrain(
+    model_cfg: ModelConfig,
+    cfg: PretrainConfig,
+    trainer_cfg: TrainerConfig,
+    corpus_dir: Path,
+    out_dir: Path,
+    ckpt_dir: Path,
+    seed: int,
+    loggers: list[Any] | None = None,
+) -> dict[str, Any]:
+    """Train (or resume), evaluate on valid and test with the full softmax, export; return
+    the metrics also written to ``out_dir/metrics.json``."""
+    started = time.perf_counter()
+    if trainer_cfg.num_threads:
+        torch.set_num_threads(trainer_cfg.num_threads)
+    vocab = Vocabulary.from_file(corpus_dir / "vocab.txt")
+    stats = _corpus_stats(corpus_dir)
+    train = stats["splits"]["train"]
+    n_train_pairs = train["tokens"] + train["sentences"]  # every word and </S> is a target
+    run_id = fingerprint(
+        asdict(model_cfg), asdict(cfg), asdict(trainer_cfg), seed, stats["splits"], len(vocab)
+    )
+    resume = _resume_path(ckpt_dir, run_id)
+    if resume:
+        log.info("resuming from %s", resume)
+
+    pl.seed_everything(seed, workers=True, verbose=False)
+    datamodule = LMDataModule(
+        corpus_dir, cfg.batch_size, cfg.unroll_steps, seed=seed, n_train_tokens=n_train_pairs
+    )
+    module = BiLMPretrainer(
+        model_cfg.options(), len(vocab), asdict(cfg.softmax), dict(cfg.optimizer)
+    )
+    throughput = _Throughput(cfg.batch_size * cfg.unroll_steps)
+    checkpoint = ModelCheckpoint(
+        dirpath=ckpt_dir,
+        every_n_train_steps=cfg.checkpoint_every_n_steps,
+        save_top_k=0,
+        save_last=True,
+    )
+    # One log folder per attempt: a resumed run's log continues where its checkpoint was.
+    attempt = len(list((ckpt_dir / "logs").glob("attempt-*")))
+    csv_logger = CSVLogger(save_dir=ckpt_dir, name="logs", version=f"attempt-{attempt}")
+    trainer = pl.Trainer(
+        accelerator=trainer_cfg.accelerator,
+        devices=trainer_cfg.devices,
+        num_nodes=trainer_cfg.num_nodes,
+        strategy=trainer_cfg.strategy,
+        precision=trainer_cfg.precision,
+        max_steps=cfg.max_steps if cfg.max_steps is not None else -1,
+        max_epochs=cfg.max_epochs,
+        max_time=cfg.max_time,
+        val_check_interval=cfg.val_every_n_steps,
+        check_val_every_n_epoch=None,
+        limit_val_batches=cfg.limit_val_batches,
+        num_sanity_val_steps=0,
+        gradient_clip_val=cfg.gradient_clip_val,
+        gradient_clip_algorithm="norm",
+        log_every_n_steps=trainer_cfg.log_every_n_steps,
+        enable_progress_bar=trainer_cfg.enable_progress_bar,
+        deterministic=trainer_cfg.deterministic,
+        callbacks=[checkpoint, throughput],
+        logger=[csv_logger, *(loggers or [])],
+        plugins=[AtomicCheckpointIO()],
+        default_root_dir=ckpt_dir,
+        enable_model_summary=False,
+    )
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
+    write_json(ckpt_dir / "run.json", {"run_id": run_id, "complete": True})
+    val = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
+    test = trainer.test(module, datamodule=datamodule, verbose=False)[0]
+    if trainer.global_rank != 0:
+        return {}
+
+    metrics = {
+        "val": _perplexities(val, "val"),
+        "test": _perplexities(test, "test"),
+        "unigram_ppl": {
+            split: stats["splits"][split].get("unigram_perplexity") for split in ("valid", "test")
+        },
+        "tokens_per_second": round(throughput.tokens_per_second, 1),
+        "wall_seconds": round(time.perf_counter() - started, 1),
+        "steps": trainer.global_step,
+        "tokens": trainer.global_step * throughput.tokens_per_step,
+        "resumed": resume is not None,
+        "parameters": count_parameters(module),
+        "model": model_cfg.options(),
+        "model_name": model_cfg.name,
+    }
+    logs = sorted((ckpt_dir / "logs").glob("attempt-*/metrics.csv"), key=_attempt_number)
+    export_model(module, vocab, out_dir, metrics, curve_from=logs)
+    return metrics
+
+
+def random_control(
+    model_cfg: ModelConfig,
+    cfg: PretrainConfig,
+    trainer_cfg: TrainerConfig,
+    corpus_dir: Path,
+    out_dir: Path,
+    seed: int,
+) -> dict[str, Any]:
+    """The random-initialisation control: the same shape, no training, the same measurements."""
+    started = time.perf_counter()
+    vocab = Vocabulary.from_file(corpus_dir / "vocab.txt")
+    stats = _corpus_stats(corpus_dir)
+    pl.seed_everything(seed, workers=True, verbose=False)
+    datamodule = LMDataModule(corpus_dir, cfg.batch_size, cfg.unroll_steps, seed=seed)
+    module = BiLMPretrainer(
+        model_cfg.options(), len(vocab), asdict(cfg.softmax), dict(cfg.optimizer)
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu" if trainer_cfg.accelerator == "cpu" else "auto",
+        devices=1,
+        precision=trainer_cfg.precision,
+        limit_val_batches=cfg.limit_val_batches,
+        limit_test_batches=cfg.limit_val_batches,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=trainer_cfg.enable_progress_bar,
+        enable_model_summary=False,
+    )
+    val = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
+    test = trainer.test(module, datamodule=datamodule, verbose=False)[0]
+    metrics = {
+        "val": _perplexities(val, "val"),
+        "test": _perplexities(test, "test"),
+        "unigram_ppl": {
+            split: stats["splits"][split].get("unigram_perplexity") for split in ("valid", "test")
+        },
+        "wall_seconds": round(time.perf_counter() - started, 1),
+        "steps": 0,
+        "tokens": 0,
+        "parameters": count_parameters(module),
+        "model": model_cfg.options(),
+        "model_name": model_cfg.name,
+        "random_control": True,
+    }
+    export_model(module, vocab, out_dir, metrics, curve_from=[])
+    return metrics
+
+
+def export_model(
+    module: BiLMPretrainer,
+    vocab: Vocabulary,
+    out_dir: Path,
+    metrics: dict[str, Any],
+    curve_from: list[Path],
+) -> None:
+    """Write every file of the stage's output folder, atomically (see the module docstring)."""
+    module = module.cpu().float().eval()
+    with atomic_dir(out_dir) as tmp:
+        save_bilm_checkpoint(module.bilm, tmp / "model.pt")
+        export_bilm(module.bilm, tmp / "options.json", tmp / "weights.hdf5")
+        if module.softmax.weight is not None:
+            with h5py.File(tmp / "softmax.hdf5", "w") as f:
+                f["softmax/W"] = module.softmax.weight.detach().numpy()
+                f["softmax/b"] = module.softmax.bias.detach().numpy()
+        vocab.save(tmp / "vocab.txt")
+        write_json(tmp / "metrics.json", metrics)
+        if curve_from:
+            write_curve(curve_from, tmp / "curve.csv", metrics["tokens"] / max(metrics["steps"], 1))
+
+
+CURVE_COLUMNS = ("step", "tokens", "train_loss", "val_ppl", "val_ppl_fwd", "val_ppl_bwd")
+
+
+def write_curve(metrics_csvs: list[Path], out: Path, tokens_per_step: float) -> None:
+    """The learning curve from Lightning's CSV logs (one per attempt, oldest first): one row per
+    logged step, the latest value of each metric winning (a resumed run logs again the steps
+    after its checkpoint)."""
+    rows: dict[int, dict[str, str]] = {}
+    for metrics_csv in metrics_csvs:
+        with metrics_csv.open(newline="") as fh:
+            for record in csv.DictReader(fh):
+                row = rows.setdefault(int(record["step"]), {})
+                row.update({k: v for k, v in record.items() if v not in ("", None)})
+    with atomic_path(out) as tmp, tmp.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(CURVE_COLUMNS)
+        for step in sorted(rows):
+            row = rows[step]
+            writer.writerow(
+                [
+                    step,
+                    int(step * tokens_per_step),
+                    row.get("train/loss", ""),
+                    row.get("val/ppl", ""),
+                    row.get("val/ppl_fwd", ""),
+                    row.get("val/ppl_bwd", ""),
+                ]
+            )
+
+
+def _attempt_number(path: Path) -> int:
+    return int(path.parent.name.removeprefix("attempt-"))
+
+
+def _perplexities(results: dict[str, float], split: str) -> dict[str, float]:
+    return {
+        key: round(float(results[f"{split}/{key}"]), 3) for key in ("ppl", "ppl_fwd", "ppl_bwd")
+    }
+
+
+def _corpus_stats(corpus_dir: Path) -> dict[str, Any]:
+    path = corpus_dir / "stats.json"
+    if not path.is_file():
+        raise ElmolabError("no corpus statistics: run the prepare stage first", path)
+    return json.loads(path.read_text())

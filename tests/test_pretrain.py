@@ -1,0 +1,204 @@
+"""The pretrain stage: real Lightning training of a tiny biLM on a tiny corpus."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from omegaconf import OmegaConf
+
+from elmolab.config import section
+from elmolab.errors import ElmolabError
+from elmolab.io.bilm_tf import load_bilm, load_bilm_from_checkpoint
+from elmolab.params import compose_params
+from elmolab.training.pretrain import (
+    ModelConfig,
+    PretrainConfig,
+    TrainerConfig,
+    pretrain,
+    random_control,
+)
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+STORY = [
+    "the cat sat on the mat .",
+    "a dog ran in the park .",
+    "the dog saw the cat and the cat ran .",
+    "we like the park in the summer .",
+    "my friend has a red car .",
+    "the red car is in the park .",
+]
+
+
+def make_corpus(root: Path, repeats: int = 20) -> Path:
+    """A tiny prepared corpus: the same few sentences, so a tiny biLM can learn them."""
+    corpus = root / "corpus"
+    for split, n in (("train", repeats), ("valid", 2), ("test", 2)):
+        (corpus / split).mkdir(parents=True)
+        (corpus / split / "shard-story-00000.txt").write_text("\n".join(STORY * n) + "\n")
+    words = sorted({w for s in STORY for w in s.split()})
+    (corpus / "vocab.txt").write_text("\n".join(["<S>", "</S>", "<UNK>", *words]) + "\n")
+    tokens = sum(len(s.split()) for s in STORY)
+    splits = {
+        split: {"sentences": len(STORY) * n, "tokens": tokens * n, "unigram_perplexity": 20.0}
+        for split, n in (("train", repeats), ("valid", 2), ("test", 2))
+    }
+    (corpus / "stats.json").write_text(json.dumps({"splits": splits}))
+    return corpus
+
+
+def configs(**pretrain_overrides):
+    cfg = OmegaConf.create(yaml.safe_load(compose_params(CONF, ["experiment=smoke"])))
+    settings = section(cfg, "pretrain", PretrainConfig)
+    settings.batch_size = 4
+    settings.unroll_steps = 10
+    settings.limit_val_batches = None
+    for key, value in pretrain_overrides.items():
+        setattr(settings, key, value)
+    trainer = section(cfg, "trainer", TrainerConfig)
+    trainer.enable_progress_bar = False
+    trainer.log_every_n_steps = 1
+    return section(cfg, "model", ModelConfig), settings, trainer
+
+
+def losses(ckpt_dir: Path, attempt: int = 0) -> dict[int, float]:
+    with (ckpt_dir / "logs" / f"attempt-{attempt}" / "metrics.csv").open() as fh:
+        return {
+            int(r["step"]): float(r["train/loss"]) for r in csv.DictReader(fh) if r["train/loss"]
+        }
+
+
+def test_tiny_model_overfits_a_small_slice_below_perplexity_20(tmp_path):
+    """bilm-tf's own smoke test: the training perplexity of a tiny model on a small corpus."""
+    corpus = make_corpus(tmp_path)
+    model, settings, trainer = configs(max_steps=150, val_every_n_steps=150)
+    settings.softmax.kind = "full"
+    settings.optimizer = {"_target_": "torch.optim.Adam", "_partial_": True, "lr": 0.01}
+    model.dropout = 0.0
+    out = tmp_path / "bilm"
+    metrics = pretrain(model, settings, trainer, corpus, out, tmp_path / "ckpt", seed=1)
+    last = [loss for _, loss in sorted(losses(tmp_path / "ckpt").items())][-10:]
+    train_ppl = torch.tensor(last).mean().exp().item()
+    assert train_ppl < 20, f"training perplexity {train_ppl:.1f}"
+    assert metrics["val"]["ppl"] < 20  # valid is the same text here
+    for name in (
+        "model.pt",
+        "options.json",
+        "weights.hdf5",
+        "softmax.hdf5",
+        "vocab.txt",
+        "metrics.json",
+        "curve.csv",
+    ):
+        assert (out / name).is_file(), name
+    # The exported weights are the trained ones, in both formats.
+    reloaded = load_bilm(out / "options.json", out / "weights.hdf5")
+    from_ckpt = load_bilm_from_checkpoint(out / "model.pt")
+    for (name, a), (_, b) in zip(
+        reloaded.state_dict().items(), from_ckpt.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    with (out / "curve.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows[-1]["step"] and rows[-1]["val_ppl"]
+
+
+def test_resumed_run_reproduces_the_uninterrupted_losses(tmp_path):
+    corpus = make_corpus(tmp_path)
+    model, settings, trainer = configs(
+        max_steps=24, val_every_n_steps=12, checkpoint_every_n_steps=12
+    )
+    pretrain(model, settings, trainer, corpus, tmp_path / "a", tmp_path / "ckpt_a", seed=3)
+    full = losses(tmp_path / "ckpt_a")
+
+    # Interrupted after step 12: train to 12, then mark the run unfinished and ask for 24.
+    settings.max_steps = 12
+    pretrain(model, settings, trainer, corpus, tmp_path / "b", tmp_path / "ckpt_b", seed=3)
+    run = tmp_path / "ckpt_b" / "run.json"
+    info = json.loads(run.read_text())
+    settings.max_steps = 24
+    from elmolab.training.pretrain import fingerprint  # the run id of the 24-step run
+
+    info["run_id"] = json.loads((tmp_path / "ckpt_a" / "run.json").read_text())["run_id"]
+    info["complete"] = False
+    run.write_text(json.dumps(info))
+    metrics = pretrain(
+        model, settings, trainer, corpus, tmp_path / "b", tmp_path / "ckpt_b", seed=3
+    )
+    assert metrics["resumed"]
+    resumed = losses(tmp_path / "ckpt_b", attempt=1)
+    assert sorted(resumed) == list(range(12, 24))
+    for step in range(12, 24):
+        assert resumed[step] == pytest.approx(full[step], abs=1e-6), step
+    assert fingerprint  # imported for the reader: run ids are fingerprints of the settings
+
+
+def test_random_control_has_the_same_shape_and_no_training(tmp_path):
+    corpus = make_corpus(tmp_path)
+    model, settings, trainer = configs()
+    metrics = random_control(model, settings, trainer, corpus, tmp_path / "rand", seed=1)
+    assert metrics["steps"] == 0 and metrics["random_control"]
+    assert metrics["val"]["ppl"] > 5  # an untrained softmax knows nothing
+    assert load_bilm(tmp_path / "rand" / "options.json", tmp_path / "rand" / "weights.hdf5")
+
+
+def test_a_nan_loss_stops_with_a_clear_error_and_keeps_the_last_checkpoint(tmp_path):
+    corpus = make_corpus(tmp_path)
+    model, settings, trainer = configs(max_steps=40, checkpoint_every_n_steps=1)
+    settings.optimizer = {"_target_": "torch.optim.SGD", "_partial_": True, "lr": 1e30}
+    settings.gradient_clip_val = None
+    with pytest.raises(ElmolabError, match=r"training loss became (nan|inf) at step \d+") as err:
+        pretrain(model, settings, trainer, corpus, tmp_path / "out", tmp_path / "ckpt", seed=1)
+    assert "last good checkpoint is kept" in str(err.value)
+    assert not (tmp_path / "out").exists()
+    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
+    assert all(torch.isfinite(p).all() for p in last["state_dict"].values())
+
+
+def test_bad_vocabulary_and_corpus_fail_clearly(tmp_path):
+    corpus = make_corpus(tmp_path)
+    model, settings, trainer = configs(max_steps=2)
+    (corpus / "vocab.txt").write_text("the\n<S>\n</S>\n<UNK>\n")
+    with pytest.raises(ElmolabError, match=r"vocab.txt:1: expected '<S>'"):
+        pretrain(model, settings, trainer, corpus, tmp_path / "o", tmp_path / "c", seed=1)
+    corpus = make_corpus(tmp_path / "second")
+    (corpus / "train" / "shard-story-00000.txt").write_text("a b\n\nc d\n")
+    with pytest.raises(ElmolabError, match=r"shard-story-00000.txt:2: empty line"):
+        pretrain(model, settings, trainer, corpus, tmp_path / "o", tmp_path / "c", seed=1)
+
+
+@pytest.mark.slow
+def test_two_cpu_processes_with_ddp_train_and_checkpoint(tmp_path):
+    """Lightning DDP over gloo, launched the way users launch it: the stage script, ad hoc."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    make_corpus(tmp_path / "artifacts")
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(root / "pipelines" / "pretrain.py"),
+            "experiment=smoke",
+            "trainer=ddp_cpu",
+            "pretrain.batch_size=4",
+            "pretrain.unroll_steps=10",
+            "pretrain.max_steps=10",
+            "pretrain.val_every_n_steps=5",
+            "pretrain.checkpoint_every_n_steps=5",
+            f"paths.artifacts={tmp_path / 'artifacts'}",
+            f"hydra.run.dir={run_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = json.loads((run_dir / "bilm" / "metrics.json").read_text())
+    assert metrics["steps"] == 10
+    assert metrics["tokens"] == 10 * 4 * 10 * 2  # two processes, each its own streams
+    assert (run_dir / "bilm_checkpoints" / "last.ckpt").is_file()
