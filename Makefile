@@ -9,7 +9,6 @@ STAMP := $(VENV)/.installed
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export DVC_NO_ANALYTICS := 1
-export WANDB_MODE ?= offline
 export WANDB_SILENT := true
 # glibc returns freed memory to the OS eagerly by default; page faults then eat ~20% of
 # training time (DESIGN.md section 9). These keep large buffers mapped between steps.
@@ -17,7 +16,10 @@ export MALLOC_MMAP_THRESHOLD_ := 1073741824
 export MALLOC_TRIM_THRESHOLD_ := 4294967296
 export MALLOC_TOP_PAD_ := 268435456
 
-.PHONY: help install data params run repro test test-slow lint format bench clean
+VEGA_TEMPLATE := build/dvc-plots.html
+
+.PHONY: help install data params run repro test test-slow lint format bench clean \
+	vega-template report plots wandb-sync wandb-report
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,10 +29,17 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q --upgrade "pip>=24"
 	# torch is pinned (==2.13.0) in the same pip call as everything else: without the pin,
 	# lightning would pull a multi-GB CUDA build.
-	$(PY) -m pip install -q $(FIND_LINKS) -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install -q $(FIND_LINKS) -c constraints.txt -e ".[dev,reports]"
 	touch $(STAMP)
 
-install: $(STAMP) data ## Create .venv with every dependency and pull the data (about a minute)
+install: $(STAMP) data $(VEGA_TEMPLATE) ## Create .venv with every dependency and pull the data
+
+# dvc plots show inlines vega from this template instead of loading it from a CDN.
+$(VEGA_TEMPLATE): src/elmolab/report/vega_template.py | $(STAMP)
+	$(PY) -m elmolab.report.vega_template --cdn-fallback $@
+
+vega-template: $(STAMP) ## Rebuild the offline template of `dvc plots show` (vega inlined from npm)
+	$(PY) -m elmolab.report.vega_template $(VEGA_TEMPLATE)
 
 data: data/README.md ## Pull the raw data from the DVC remote into data/ (when data.dvc changed)
 
@@ -45,6 +54,19 @@ run: install ## Run the whole pipeline (dvc repro): prepare -> pretrain -> extra
 	dvc repro
 
 repro: run ## Same as run
+
+report: install ## Only the report stage: artifacts/report/index.html
+	dvc repro report
+
+plots: install ## DVC plots as offline HTML (dvc_plots/index.html)
+	dvc plots show
+
+wandb-sync: $(STAMP) ## Upload offline W&B runs (wandb/) if WANDB_API_KEY is set and W&B answers
+	$(PY) -m elmolab.tracking sync
+
+wandb-report: $(STAMP) ## Build the W&B report: make wandb-report ENTITY=team GROUP=exp [UPLOAD=1]
+	$(PY) -m elmolab.wandb_report --project $(or $(PROJECT),elmolab) --entity $(ENTITY) \
+		--group $(GROUP) $(if $(UPLOAD),--upload)
 
 test: install ## Run the tests (fast ones; the slow end-to-end checks: make test-slow)
 	$(PY) -m pytest -q

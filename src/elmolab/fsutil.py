@@ -15,6 +15,15 @@ from pathlib import Path
 from typing import Any
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary file path beside ``path``; on success rename it onto ``path``.
@@ -26,6 +35,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp = Path(tmp_name)
+    tmp.chmod(0o666 & ~_UMASK)  # mkstemp makes 0600; outputs get the usual permissions
     try:
         yield tmp
         os.replace(tmp, target)
@@ -40,6 +50,7 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    tmp.chmod(0o777 & ~_UMASK)  # mkdtemp makes 0700
     try:
         yield tmp
         if target.exists():

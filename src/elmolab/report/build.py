@@ -1,0 +1,209 @@
+"""Gather every input of the report and write ``artifacts/report/`` in one atomic step.
+
+Output (replaced whole, and only when complete)::
+
+    index.html        self-contained: CSS inline, figures as data URIs (or figures/ links)
+    figures/*.png     the figures
+    summary.md        the tables in Markdown
+    summary.json      every number: per task, feature mode and encoder mean, std, per-seed values
+    metrics.json      the headline numbers, flat, for `dvc metrics` / `dvc exp show`
+    plots/            CSVs for DVC plots: validation_perplexity.csv, probes/<task>.csv
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from elmolab.fsutil import atomic_dir, write_json
+from elmolab.report import figures, writers
+from elmolab.report.collect import CONTROL_SUFFIX, SCALAR_MIX, Inputs, collect
+from elmolab.report.polysemy import PolysemyConfig, WordNeighbours, nearest_neighbours
+from elmolab.report.stats import (
+    Cell,
+    Comparison,
+    Selectivity,
+    compare_mix_to_best_layer,
+    group_cells,
+    selectivities,
+)
+
+log = logging.getLogger(__name__)
+
+OPTIONS_FILE = "options.json"  # in the trained biLM's folder, bilm-tf format
+WEIGHTS_FILE = "weights.hdf5"
+
+
+@dataclass
+class InputsConfig:
+    bilm: str
+    bilm_random: str
+    probes: str
+    vocab: str
+    semcor: str
+
+
+@dataclass
+class SignificanceConfig:
+    alpha: float
+    bootstrap_samples: int
+
+
+@dataclass
+class ReportConfig:
+    """Schema of the ``report`` config section (values and reasons in conf/report/)."""
+
+    inputs: InputsConfig
+    significance: SignificanceConfig
+    embed_figures: bool
+    figure_dpi: int
+    polysemy: PolysemyConfig
+
+
+@dataclass(frozen=True)
+class CodeVersion:
+    commit: str  # "unknown" outside git
+    dirty: bool | None  # uncommitted changes (tracked or untracked files); None when unknown
+
+    def __str__(self) -> str:
+        if self.dirty is None:
+            return self.commit
+        return self.commit + (" (uncommitted changes)" if self.dirty else "")
+
+
+@dataclass
+class ReportData:
+    """Everything the writers show."""
+
+    title: str
+    inputs: Inputs
+    cells: dict[tuple[str, str, str], Cell]
+    comparisons: list[Comparison]
+    selectivity: list[Selectivity]
+    polysemy: list[WordNeighbours]
+    polysemy_layers: list[int]
+    params_yaml: str
+    version: CodeVersion
+    significance: SignificanceConfig
+
+    @property
+    def tasks(self) -> list[str]:
+        """Probing tasks in display order, control tasks excluded."""
+        names = dict.fromkeys(task for task, _, _ in self.cells)
+        return [task for task in names if not task.endswith(CONTROL_SUFFIX)]
+
+    @property
+    def encoders(self) -> list[str]:
+        return list(dict.fromkeys(encoder for _, _, encoder in self.cells))
+
+
+def code_version(cwd: Path) -> CodeVersion:
+    """The git commit of ``cwd`` and whether it has uncommitted changes ('unknown' outside git)."""
+    try:
+        commit = _git(cwd, "rev-parse", "HEAD")
+        dirty = bool(_git(cwd, "status", "--porcelain"))
+    except (OSError, subprocess.CalledProcessError):
+        return CodeVersion("unknown", None)
+    return CodeVersion(commit, dirty)
+
+
+def _git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True, timeout=30
+    )
+    return done.stdout.strip()
+
+
+def gather(config: ReportConfig, title: str, params_yaml: str, seed: int, cwd: Path) -> ReportData:
+    """Read the inputs and compute the statistics and the polysemy table."""
+    inputs = collect(
+        Path(config.inputs.bilm), Path(config.inputs.bilm_random), Path(config.inputs.probes)
+    )
+    cells = group_cells(inputs.probes)
+    comparisons = compare_mix_to_best_layer(cells, config.significance.bootstrap_samples, seed)
+    polysemy = _polysemy(config, inputs.missing) if config.polysemy.enabled else []
+    return ReportData(
+        title=title,
+        inputs=inputs,
+        cells=cells,
+        comparisons=comparisons,
+        selectivity=selectivities(cells),
+        polysemy=polysemy,
+        polysemy_layers=config.polysemy.contextual_layers,
+        params_yaml=params_yaml,
+        version=code_version(cwd),
+        significance=config.significance,
+    )
+
+
+def _polysemy(config: ReportConfig, missing: list[str]) -> list[WordNeighbours]:
+    options = Path(config.inputs.bilm) / OPTIONS_FILE
+    weights = Path(config.inputs.bilm) / WEIGHTS_FILE
+    vocab = Path(config.inputs.vocab)
+    absent = [str(path) for path in (options, weights, vocab) if not path.is_file()]
+    if absent:
+        missing.append(f"polysemy table not computed: no {', '.join(absent)}")
+        return []
+    from elmolab.io.bilm_tf import load_bilm
+    from elmolab.text.vocab import Vocabulary
+    from elmolab.text.wsd import read_semcor
+
+    semcor = None
+    if Path(config.inputs.semcor).is_file():
+        log.info("reading SemCor for the polysemy table: %s", config.inputs.semcor)
+        semcor = read_semcor(config.inputs.semcor)
+    else:
+        missing.append(f"no SemCor ({config.inputs.semcor}): polysemy table without contexts")
+    model = load_bilm(options, weights)
+    return nearest_neighbours(model, Vocabulary.from_file(vocab).tokens, semcor, config.polysemy)
+
+
+def write_report(data: ReportData, config: ReportConfig, out_dir: Path) -> dict:
+    """Write every output into a temporary folder that replaces ``out_dir`` when complete.
+
+    Returns the content of ``summary.json``.
+    """
+    pngs = {name: figures.to_png(figure, config.figure_dpi) for name, figure in _figures(data)}
+    summary = writers.summary_json(data)
+    with atomic_dir(out_dir) as tmp:
+        (tmp / "figures").mkdir()
+        for name, png in pngs.items():
+            (tmp / "figures" / f"{name}.png").write_bytes(png)
+        for name, text in writers.plot_csvs(data).items():
+            (tmp / "plots" / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / "plots" / name).write_text(text, encoding="utf-8")
+        (tmp / "index.html").write_text(
+            writers.render_html(data, pngs, config.embed_figures), encoding="utf-8"
+        )
+        (tmp / "summary.md").write_text(writers.render_markdown(data, pngs), encoding="utf-8")
+        write_json(tmp / "summary.json", summary)
+        write_json(tmp / "metrics.json", writers.headline_metrics(data))
+    return summary
+
+
+def _figures(data: ReportData) -> list[tuple[str, Figure]]:
+    """(name, matplotlib figure) for every figure the data allows."""
+    drawn: list[tuple[str, Figure]] = []
+    trained = data.inputs.trained
+    if trained is not None and trained.curve is not None:
+        drawn.append(("pretraining_curves", figures.learning_curves(trained)))
+    tasks, encoders = data.tasks, data.encoders
+    if tasks:
+        drawn.append(("probes_by_task", figures.probe_bars(data.cells, tasks, encoders)))
+        drawn.append(("task_feature_heatmap", figures.heatmap(data.cells, tasks, encoders)))
+    mixed = list(
+        dict.fromkeys(
+            task
+            for (task, mode, _), cell in data.cells.items()
+            if mode == SCALAR_MIX and cell.mix_weights is not None
+        )
+    )
+    if mixed:
+        drawn.append(("mix_weights", figures.mix_weights(data.cells, mixed, encoders)))
+    if data.selectivity:
+        drawn.append(("selectivity", figures.selectivity_bars(data.selectivity, encoders)))
+    return drawn

@@ -1,0 +1,269 @@
+"""Read what the other stages wrote: pretraining metrics and curve, and one JSON per probe run.
+
+Every file is self-describing and validated; a missing key or a value of the wrong type is an
+ElmolabError naming the file. A missing *input* (no random control yet, no WSD runs) is not an
+error: :class:`Inputs` lists what is missing so the report can say so.
+
+Probe runs are found with a glob under the probes folder::
+
+    <task>/<features>/<encoder>/seed<k>/metrics.json    seeded runs (every task but wsd)
+    <task>/<features>/<encoder>/metrics.json            runs without seeds (wsd)
+
+and the file's ``task``, ``features``, ``encoder`` and ``seed`` must agree with its path.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from elmolab.errors import ElmolabError
+
+METRICS_FILE = "metrics.json"
+CURVE_FILE = "curve.csv"
+CURVE_COLUMNS = ("step", "tokens", "train_loss", "val_ppl", "val_ppl_fwd", "val_ppl_bwd")
+PPL_KEYS = ("ppl", "ppl_fwd", "ppl_bwd")
+
+# Display order; tasks, feature modes and encoders not listed here follow, sorted by name.
+TASK_ORDER = ("upos", "xpos", "chunk", "ner", "deplabel", "wsd", "upos_control")
+FEATURE_ORDER = ("layer0", "layer1", "layer2", "mean", "scalar_mix", "concat")
+ENCODER_ORDER = ("trained", "random", "token_only")
+SINGLE_LAYERS = ("layer0", "layer1", "layer2")
+SCALAR_MIX = "scalar_mix"
+CONTROL_SUFFIX = "_control"  # task "x_control" is the control task of task "x"
+
+
+def ordered(names: set[str] | list[str], order: tuple[str, ...]) -> list[str]:
+    """``names`` in ``order``, then the ones ``order`` lacks, sorted."""
+    known = [name for name in order if name in names]
+    return known + sorted(set(names) - set(order))
+
+
+@dataclass(frozen=True)
+class PerSentence:
+    """Correct and total token counts per test sentence (for the paired bootstrap)."""
+
+    correct: np.ndarray  # (sentences,) int
+    total: np.ndarray  # (sentences,) int
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """One probe run's ``metrics.json`` (``applicable`` False: the mode does not apply, no
+    metric; e.g. the learned scalar mix for WSD 1-NN)."""
+
+    path: Path
+    task: str
+    features: str
+    encoder: str
+    seed: int | None
+    applicable: bool = True
+    metric: str | None = None
+    dev: float | None = None
+    test: float | None = None
+    mix_weights: tuple[float, ...] | None = None
+    gamma: float | None = None
+    per_sentence_test: PerSentence | None = None
+
+
+@dataclass(frozen=True)
+class Pretraining:
+    """A biLM's ``metrics.json`` and, for the trained model, its learning curve."""
+
+    path: Path
+    metrics: dict[str, Any]
+    curve: dict[str, np.ndarray] | None = None  # column -> (rows,) float, nan where empty
+
+
+@dataclass
+class Inputs:
+    trained: Pretraining | None
+    random: Pretraining | None
+    probes: list[ProbeRun]
+    missing: list[str] = field(default_factory=list)  # one sentence per missing input
+
+
+def collect(bilm_dir: Path, random_dir: Path, probes_dir: Path) -> Inputs:
+    """Read every input the report uses; what is absent is listed in ``Inputs.missing``."""
+    missing: list[str] = []
+    trained = _read_pretraining(bilm_dir, "trained biLM", missing, with_curve=True)
+    random = _read_pretraining(random_dir, "random-initialisation control", missing)
+    probes = read_probe_runs(probes_dir) if probes_dir.is_dir() else []
+    if not probes:
+        missing.append(f"no probe results under {probes_dir}/ (the probe stage has not run)")
+    else:
+        encoders = {run.encoder for run in probes}
+        tasks = {run.task for run in probes}
+        if "random" not in encoders:
+            missing.append("no probe runs on the random encoder: trained vs random is not shown")
+        if "wsd" not in tasks:
+            missing.append(f"no WSD results ({probes_dir / 'wsd'}/): WSD is not shown")
+        if not any(task.endswith(CONTROL_SUFFIX) for task in tasks):
+            missing.append("no control-task runs: selectivity is not shown")
+    return Inputs(trained, random, probes, missing)
+
+
+def _read_pretraining(
+    folder: Path, what: str, missing: list[str], with_curve: bool = False
+) -> Pretraining | None:
+    path = folder / METRICS_FILE
+    if not path.is_file():
+        missing.append(f"no {what} metrics ({path})")
+        return None
+    metrics = read_pretraining_metrics(path)
+    curve = None
+    if with_curve:
+        if (folder / CURVE_FILE).is_file():
+            curve = read_curve(folder / CURVE_FILE)
+        else:
+            missing.append(f"no learning curve ({folder / CURVE_FILE})")
+    return Pretraining(path, metrics, curve)
+
+
+def read_pretraining_metrics(path: Path) -> dict[str, Any]:
+    """A biLM ``metrics.json``: ``val`` and ``test`` perplexities (mean, forward, backward) are
+    required; ``unigram_ppl``, ``parameters``, ``steps``, ``tokens``, ``tokens_per_second`` and
+    ``wall_seconds`` are shown when present (the random control has no training)."""
+    data = _load_json_object(path)
+    for split in ("val", "test"):
+        values = _require(data, split, dict, path)
+        for key in PPL_KEYS:
+            _require(values, key, float, path, f"{split}.")
+    if "unigram_ppl" in data:
+        unigram = _require(data, "unigram_ppl", dict, path)
+        for split in ("valid", "test"):
+            _require(unigram, split, float, path, "unigram_ppl.", nullable=True)
+    return data
+
+
+def read_curve(path: Path) -> dict[str, np.ndarray]:
+    """``curve.csv`` as column -> float array; empty cells (rows without validation) are nan.
+    Columns other than ``CURVE_COLUMNS`` are ignored."""
+    with path.open(newline="", encoding="utf-8") as fin:
+        reader = csv.DictReader(fin)
+        absent = [c for c in CURVE_COLUMNS if c not in (reader.fieldnames or [])]
+        if absent:
+            raise ElmolabError(f"missing column(s) {', '.join(absent)} in the header", path, 1)
+        columns: dict[str, list[float]] = {c: [] for c in CURVE_COLUMNS}
+        for row in reader:
+            for column in CURVE_COLUMNS:
+                cell = (row[column] or "").strip()
+                try:
+                    columns[column].append(float(cell) if cell else math.nan)
+                except ValueError:
+                    raise ElmolabError(
+                        f"column {column!r}: {cell!r} is not a number", path, reader.line_num
+                    ) from None
+    return {column: np.asarray(values, dtype=float) for column, values in columns.items()}
+
+
+def read_probe_runs(probes_dir: Path) -> list[ProbeRun]:
+    """Every probe run's ``metrics.json`` under ``probes_dir`` (the two layouts of the module
+    docstring; other files are not probe runs), validated against its path."""
+    paths = [
+        *probes_dir.glob(f"*/*/*/seed*/{METRICS_FILE}"),
+        *probes_dir.glob(f"*/*/*/{METRICS_FILE}"),
+    ]
+    return [read_probe_run(path, probes_dir) for path in sorted(paths)]
+
+
+def read_probe_run(path: Path, probes_dir: Path) -> ProbeRun:
+    data = _load_json_object(path)
+    parts = path.relative_to(probes_dir).parts[:-1]  # task, features, encoder[, seed<k>]
+    task = _require(data, "task", str, path)
+    features = _require(data, "features", str, path)
+    encoder = _require(data, "encoder", str, path)
+    seed = _require(data, "seed", int, path, nullable=True)
+    path_seed = None if len(parts) == 3 else parts[3].removeprefix("seed")
+    if (task, features, encoder) != parts[:3] or str(seed) != str(path_seed):
+        raise ElmolabError(
+            f"contents (task {task!r}, features {features!r}, encoder {encoder!r}, seed {seed}) "
+            "disagree with the file's path",
+            path,
+        )
+    if data.get("applicable", True) is False:
+        return ProbeRun(path, task, features, encoder, seed, applicable=False)
+    weights = (
+        _require(data, "mix_weights", list, path, nullable=True) if "mix_weights" in data else None
+    )
+    return ProbeRun(
+        path=path,
+        task=task,
+        features=features,
+        encoder=encoder,
+        seed=seed,
+        metric=_require(data, "metric", str, path),
+        dev=_require(data, "dev", float, path),
+        test=_require(data, "test", float, path),
+        mix_weights=None
+        if weights is None
+        else tuple(_as_float(w, "mix_weights", path) for w in weights),
+        gamma=_require(data, "gamma", float, path, nullable=True) if "gamma" in data else None,
+        per_sentence_test=_per_sentence(data.get("per_sentence_test"), path),
+    )
+
+
+def _per_sentence(value: Any, path: Path) -> PerSentence | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ElmolabError("per_sentence_test must be an object {correct, total}", path)
+    correct = np.asarray(_require(value, "correct", list, path, "per_sentence_test."))
+    total = np.asarray(_require(value, "total", list, path, "per_sentence_test."))
+    if correct.shape != total.shape or correct.ndim != 1:
+        raise ElmolabError(
+            f"per_sentence_test: {correct.size} correct counts but {total.size} totals", path
+        )
+    if correct.size and (
+        correct.dtype.kind not in "iu" or total.dtype.kind not in "iu" or (correct > total).any()
+    ):
+        raise ElmolabError("per_sentence_test: counts must be integers with correct <= total", path)
+    return PerSentence(correct.astype(np.int64), total.astype(np.int64))
+
+
+def _load_json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise ElmolabError(f"cannot read: {err}", path) from None
+    except json.JSONDecodeError as err:
+        raise ElmolabError(f"not valid JSON: {err.msg}", path, err.lineno) from None
+    if not isinstance(data, dict):
+        raise ElmolabError("expected a JSON object at the top level", path)
+    return data
+
+
+def _require(
+    data: Mapping[str, Any],
+    key: str,
+    kind: type,
+    path: Path,
+    prefix: str = "",
+    nullable: bool = False,
+) -> Any:
+    """``data[key]``, checked to be a ``kind`` (an int counts as a float; a bool never counts)."""
+    if key not in data:
+        raise ElmolabError(f"missing key '{prefix}{key}'", path)
+    value = data[key]
+    if value is None and nullable:
+        return None
+    if kind is float:
+        return _as_float(value, prefix + key, path)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ElmolabError(
+            f"'{prefix}{key}' should be {kind.__name__}, got {type(value).__name__}", path
+        )
+    return value
+
+
+def _as_float(value: Any, key: str, path: Path) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ElmolabError(f"'{key}' should be a number, got {value!r}", path)
+    return float(value)

@@ -1,0 +1,279 @@
+"""The report's figures, drawn with matplotlib's object API (no pyplot, no GUI backend).
+
+Scores are shown in percent. Colours mean the same thing in every figure: the trained biLM is
+blue, the random-initialisation control grey.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import NullFormatter, StrMethodFormatter
+
+from elmolab.report.collect import FEATURE_ORDER, SCALAR_MIX, SINGLE_LAYERS, Pretraining, ordered
+from elmolab.report.stats import Cell, Selectivity
+
+ENCODER_COLORS = {"trained": "#1f5fa8", "random": "#a0a0a0", "token_only": "#e08a2c"}
+OTHER_COLOR = "#6a3d9a"
+BAR_GROUP_WIDTH = 0.8  # of one feature mode's bars together, in x units
+CURVES = {  # curve.csv column: (label, colour, line width)
+    "val_ppl": ("mean of both directions", "#1f5fa8", 2.4),
+    "val_ppl_fwd": ("forward LM", "#d95f02", 1.2),
+    "val_ppl_bwd": ("backward LM", "#1b9e77", 1.2),
+}
+
+Cells = dict[tuple[str, str, str], Cell]
+
+
+def to_png(figure: Figure, dpi: int) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", facecolor="white")
+    return buffer.getvalue()
+
+
+def encoder_color(encoder: str) -> str:
+    return ENCODER_COLORS.get(encoder, OTHER_COLOR)
+
+
+def _tidy(axis: Axes, grid_axis: str = "both") -> None:
+    axis.grid(axis=grid_axis, alpha=0.3)
+    axis.spines[["top", "right"]].set_visible(False)
+
+
+def _encoder_legend(encoders: list[str]) -> tuple[list[Rectangle], list[str]]:
+    handles = [Rectangle((0, 0), 1, 1, color=encoder_color(e)) for e in encoders]
+    return handles, [f"{e} encoder" for e in encoders]
+
+
+def _bar_x(feature: int, encoder: int, n_encoders: int) -> float:
+    """The centre of encoder ``encoder``'s bar in the group of feature mode ``feature``."""
+    return feature + (encoder - (n_encoders - 1) / 2) * BAR_GROUP_WIDTH / n_encoders
+
+
+def learning_curves(trained: Pretraining) -> Figure:
+    """Validation perplexity (log scale) and training loss against training tokens."""
+    curve = trained.curve
+    if curve is None:
+        raise ValueError("learning_curves needs the trained biLM's curve")
+    figure = Figure(figsize=(11, 3.8), layout="tight")
+    left, right = figure.subplots(1, 2)
+    tokens = curve["tokens"] / 1e6  # (rows,)
+    for column, (label, color, width) in CURVES.items():
+        rows = ~np.isnan(curve[column])  # validation happens on some rows only
+        left.plot(
+            tokens[rows],
+            curve[column][rows],
+            "o-",
+            markersize=3,
+            color=color,
+            linewidth=width,
+            label=label,
+        )
+    unigram = trained.metrics.get("unigram_ppl", {}).get("valid")
+    if unigram is not None:
+        left.axhline(unigram, color="black", linestyle="--", linewidth=1)
+        left.annotate(
+            f"unigram baseline {unigram:,.0f}",
+            (0.01, unigram),
+            va="bottom",
+            xycoords=("axes fraction", "data"),
+            fontsize=9,
+        )
+    left.set_yscale("log")
+    plain = StrMethodFormatter("{x:,.0f}")  # 200, not 2 x 10^2
+    low, high = left.get_ylim()
+    left.yaxis.set_major_formatter(plain)
+    left.yaxis.set_minor_formatter(plain if high / low < 10 else NullFormatter())
+    left.set(
+        xlabel="training tokens (millions)",
+        ylabel="validation perplexity (log scale)",
+        title="Validation perplexity (lower is better)",
+    )
+    left.legend(frameon=False, fontsize=9)
+    rows = ~np.isnan(curve["train_loss"])
+    right.plot(tokens[rows], curve["train_loss"][rows], color="#555555", linewidth=1)
+    right.set(
+        xlabel="training tokens (millions)",
+        ylabel="training loss (nats per token)",
+        title="Training loss (both directions)",
+    )
+    _tidy(left)
+    _tidy(right)
+    return figure
+
+
+def probe_bars(cells: Cells, tasks: list[str], encoders: list[str]) -> Figure:
+    """Per task, the test metric of every feature mode, one bar per encoder: mean over seeds,
+    error bar one standard deviation, dots the single seeds. The y axes are zoomed."""
+    columns = min(3, len(tasks))
+    rows = math.ceil(len(tasks) / columns)
+    figure = Figure(figsize=(4.6 * columns, 3.3 * rows + 0.4), layout="constrained")
+    axes = list(figure.subplots(rows, columns, squeeze=False).flat)
+    features = ordered({f for _, f, _ in cells}, FEATURE_ORDER)
+    width = 0.92 * BAR_GROUP_WIDTH / len(encoders)
+    for axis, task in zip(axes, tasks, strict=False):
+        shown: list[float] = []  # every drawn value, to zoom the y axis
+        for e, encoder in enumerate(encoders):
+            for i, mode in enumerate(features):
+                cell = cells.get((task, mode, encoder))
+                x = _bar_x(i, e, len(encoders))
+                if cell is None or not cell.n:
+                    if cell is not None and not cell.applicable:
+                        axis.text(
+                            x,
+                            0.02,
+                            "n/a",
+                            transform=axis.get_xaxis_transform(),
+                            ha="center",
+                            fontsize=8,
+                            color="#777777",
+                        )
+                    continue
+                mean, std = 100 * cell.mean, 0.0 if cell.n < 2 else 100 * cell.std
+                axis.bar(
+                    x,
+                    mean,
+                    width,
+                    color=encoder_color(encoder),
+                    linewidth=1.2,
+                    edgecolor="black" if mode == SCALAR_MIX else "none",
+                )
+                if cell.n > 1:
+                    axis.errorbar(x, mean, yerr=std, color="black", capsize=2, linewidth=1)
+                seeds = 100 * cell.test  # (n,)
+                axis.plot(np.full(len(seeds), x), seeds, ".", color="black", markersize=3)
+                shown += [*seeds, mean - std, mean + std]
+        metric = next((c.metric for (t, _, _), c in cells.items() if t == task and c.metric), "")
+        axis.set_title(f"{task} ({metric.replace('_', ' ')})", fontsize=11)
+        axis.set_xticks(range(len(features)), [f.replace("_", "\n") for f in features], fontsize=8)
+        if shown:
+            low, high = min(shown), max(shown)
+            margin = max(0.5, 0.15 * (high - low))
+            axis.set_ylim(max(0.0, low - margin), min(100.0, high + margin))
+        axis.set_ylabel("test score (%)", fontsize=9)
+        _tidy(axis, "y")
+    for axis in axes[len(tasks) :]:
+        axis.set_visible(False)
+    figure.legend(
+        *_encoder_legend(encoders), loc="outside upper center", ncol=len(encoders), frameon=False
+    )
+    return figure
+
+
+def heatmap(cells: Cells, tasks: list[str], encoders: list[str]) -> Figure:
+    """Task x feature mode, one panel per encoder; numbers are test scores (%), colours rank the
+    feature modes within each task and panel (the best is darkest)."""
+    features = ordered({f for _, f, _ in cells}, FEATURE_ORDER)
+    grid = np.full((len(encoders), len(tasks), len(features)), np.nan)  # (encoders, tasks, modes)
+    for (task, mode, encoder), cell in cells.items():
+        if task in tasks and encoder in encoders and cell.n:
+            grid[encoders.index(encoder), tasks.index(task), features.index(mode)] = 100 * cell.mean
+    # Colour = rank within the row: the layer-0 scores sit far below the rest and would wash
+    # out a linear scale. 0 for the worst mode, 1 for the best; nan stays nan.
+    ranks = np.where(np.isnan(grid), np.nan, np.argsort(np.argsort(np.nan_to_num(grid, nan=-1))))
+    present = (~np.isnan(grid)).sum(axis=2, keepdims=True)  # (encoders, tasks, 1)
+    missing = grid.shape[2] - present  # nan cells rank lowest; shift them out
+    relative = (ranks - missing) / np.maximum(present - 1, 1)
+    figure = Figure(
+        figsize=(0.95 * len(features) * len(encoders) + 2, 0.5 * len(tasks) + 1.6),
+        layout="constrained",
+    )
+    for e, (axis, encoder) in enumerate(
+        zip(figure.subplots(1, len(encoders), squeeze=False)[0], encoders, strict=True)
+    ):
+        axis.imshow(relative[e], cmap="Blues", vmin=-0.15, vmax=1.0, aspect="auto")
+        for t, task in enumerate(tasks):
+            for f, mode in enumerate(features):
+                cell, value = cells.get((task, mode, encoder)), grid[e, t, f]
+                if cell is not None and not cell.applicable:
+                    text = "n/a"
+                else:
+                    text = "–" if math.isnan(value) else f"{value:.1f}"
+                dark = not math.isnan(value) and relative[e, t, f] > 0.6
+                axis.text(
+                    f,
+                    t,
+                    text,
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                    color="white" if dark else "black",
+                )
+        axis.set_xticks(range(len(features)), features, rotation=30, ha="right", fontsize=9)
+        axis.set_yticks(range(len(tasks)), tasks if e == 0 else [""] * len(tasks), fontsize=9)
+        axis.set_title(f"{encoder} encoder", fontsize=11)
+    return figure
+
+
+def mix_weights(cells: Cells, tasks: list[str], encoders: list[str]) -> Figure:
+    """The learned scalar-mix weights softmax(w)_j per task and layer (ELMo paper, Figure 2),
+    mean over seeds, one panel per encoder; gamma right of each row."""
+    figure = Figure(
+        figsize=(3.8 * len(encoders) + 1, 0.45 * len(tasks) + 1.5), layout="constrained"
+    )
+    panels = figure.subplots(1, len(encoders), squeeze=False)[0]
+    for e, (axis, encoder) in enumerate(zip(panels, encoders, strict=True)):
+        weights = np.full((len(tasks), len(SINGLE_LAYERS)), np.nan)  # (tasks, layers)
+        for t, task in enumerate(tasks):
+            cell = cells.get((task, SCALAR_MIX, encoder))
+            mean = None if cell is None else cell.mix_weights
+            if mean is not None:
+                weights[t, : len(mean)] = mean
+            if cell is not None and cell.gamma is not None:
+                axis.text(
+                    len(SINGLE_LAYERS) - 0.4, t, f" γ = {cell.gamma:.2f}", va="center", fontsize=8
+                )
+        axis.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+        for (t, j), value in np.ndenumerate(weights):
+            axis.text(
+                j,
+                t,
+                "–" if math.isnan(value) else f"{value:.2f}",
+                ha="center",
+                va="center",
+                fontsize=9,
+                color="white" if value > 0.6 else "black",
+            )
+        axis.set_xticks(
+            range(len(SINGLE_LAYERS)), ["layer 0\n(char CNN)", "layer 1", "layer 2"], fontsize=9
+        )
+        axis.set_yticks(range(len(tasks)), tasks if e == 0 else [""] * len(tasks), fontsize=9)
+        axis.set_title(f"{encoder} encoder", fontsize=11)
+    return figure
+
+
+def selectivity_bars(selectivity: list[Selectivity], encoders: list[str]) -> Figure:
+    """Selectivity (task accuracy minus control accuracy, points) per feature mode and encoder."""
+    tasks = list(dict.fromkeys(s.task for s in selectivity))
+    by_key = {(s.task, s.features, s.encoder): s for s in selectivity}
+    features = ordered({s.features for s in selectivity}, FEATURE_ORDER)
+    width = 0.92 * BAR_GROUP_WIDTH / len(encoders)
+    figure = Figure(figsize=(6.5 * len(tasks), 3.4), layout="constrained")
+    for axis, task in zip(figure.subplots(1, len(tasks), squeeze=False)[0], tasks, strict=True):
+        for e, encoder in enumerate(encoders):
+            for i, mode in enumerate(features):
+                s = by_key.get((task, mode, encoder))
+                if s is None:
+                    continue
+                x = _bar_x(i, e, len(encoders))
+                std = 0.0 if math.isnan(s.std) else 100 * s.std
+                axis.bar(x, 100 * s.mean, width, yerr=std, capsize=2, color=encoder_color(encoder))
+                axis.text(
+                    x,
+                    100 * s.mean + std,
+                    f"{100 * s.mean:.1f}",
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
+        axis.set_xticks(range(len(features)), [f.replace("_", "\n") for f in features], fontsize=8)
+        axis.set_ylabel("selectivity (accuracy points)", fontsize=9)
+        axis.set_title(f"{task}: accuracy minus {task}_control accuracy", fontsize=11)
+        axis.legend(*_encoder_legend(encoders), frameon=False, fontsize=8)
+        _tidy(axis, "y")
+    return figure

@@ -1,0 +1,274 @@
+"""Nearest neighbours of polysemous words (ELMo paper, Table 4) on our biLM.
+
+For each configured word:
+
+- context-free: the cosine nearest words to its layer-0 (char CNN) vector among the layer-0
+  vectors of the ``vocab_top_n`` most frequent vocabulary words. One vector per spelling, so all
+  senses are mixed.
+- in context: for each example sentence, the cosine nearest SemCor occurrences of the word's
+  lemma, comparing contextual vectors (the mean of the biLM layers ``contextual_layers``; the
+  top layer by default). Each neighbour shows its gold SemCor sense key and WordNet lexicographer
+  file (``noun.communication``), so one sees whether the neighbours share the example's sense.
+
+The search covers the first ``semcor_max_sentences`` SemCor sentences that contain the lemma.
+Examples mark the target token in brackets: ``"The children [play] football ."``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch.nn import functional as F
+
+from elmolab.embed import embed_sentences
+from elmolab.errors import ElmolabError
+from elmolab.models.bilm import BiLM
+from elmolab.text.chars import SPECIAL_TOKENS, char_ids_for_sentences
+from elmolab.text.wsd import WsdSentence
+
+# WordNet 3.0's lexicographer files, indexed by the lex_filenum field of a sense key.
+LEXNAMES = (
+    "adj.all",
+    "adj.pert",
+    "adv.all",
+    "noun.Tops",
+    "noun.act",
+    "noun.animal",
+    "noun.artifact",
+    "noun.attribute",
+    "noun.body",
+    "noun.cognition",
+    "noun.communication",
+    "noun.event",
+    "noun.feeling",
+    "noun.food",
+    "noun.group",
+    "noun.location",
+    "noun.motive",
+    "noun.object",
+    "noun.person",
+    "noun.phenomenon",
+    "noun.plant",
+    "noun.possession",
+    "noun.process",
+    "noun.quantity",
+    "noun.relation",
+    "noun.shape",
+    "noun.state",
+    "noun.substance",
+    "noun.time",
+    "verb.body",
+    "verb.change",
+    "verb.cognition",
+    "verb.communication",
+    "verb.competition",
+    "verb.consumption",
+    "verb.contact",
+    "verb.creation",
+    "verb.emotion",
+    "verb.motion",
+    "verb.perception",
+    "verb.possession",
+    "verb.social",
+    "verb.stative",
+    "verb.weather",
+    "adj.ppl",
+)
+CONTEXT_WINDOW = 8  # tokens shown on each side of a neighbour's target word
+MAX_SENTENCE_TOKENS = 60  # longer SemCor sentences cost the most biLM time and read worst
+LAYER0_BATCH = 512  # words per char CNN call
+
+
+@dataclass
+class PolysemyWord:
+    """A word and example sentences of different senses, the target in brackets."""
+
+    word: str
+    examples: list[str]
+
+
+@dataclass
+class PolysemyConfig:
+    """Schema of ``report.polysemy`` (values and reasons in conf/report/default.yaml)."""
+
+    enabled: bool
+    words: list[PolysemyWord]
+    vocab_top_n: int
+    neighbours: int
+    contextual_layers: list[int]
+    semcor_max_sentences: int
+
+
+@dataclass(frozen=True)
+class Target:
+    """A token in a sentence: ``tokens[position]`` is the word of interest."""
+
+    tokens: tuple[str, ...]
+    position: int
+
+    def window(self, size: int = CONTEXT_WINDOW) -> tuple[str, str, str]:
+        """(left context, the word, right context), each side cut to ``size`` tokens."""
+        start, end = max(0, self.position - size), self.position + 1 + size
+        left = ("… " if start > 0 else "") + " ".join(self.tokens[start : self.position])
+        right = " ".join(self.tokens[self.position + 1 : end])
+        return left, self.tokens[self.position], right + (" …" if end < len(self.tokens) else "")
+
+
+@dataclass(frozen=True)
+class SenseNeighbour:
+    target: Target
+    sense_key: str
+    similarity: float
+
+    @property
+    def lexname(self) -> str:
+        return lexname(self.sense_key)
+
+
+@dataclass(frozen=True)
+class ExampleNeighbours:
+    example: Target
+    neighbours: list[SenseNeighbour]
+
+
+@dataclass(frozen=True)
+class WordNeighbours:
+    word: str
+    static: list[tuple[str, float]]  # (vocabulary word, cosine similarity)
+    examples: list[ExampleNeighbours]
+    semcor_occurrences: int  # how many occurrences of the lemma were searched
+    notes: list[str] = field(default_factory=list)
+
+
+def lexname(sense_key: str) -> str:
+    """The lexicographer file of a sense key (``play%1:10:01::`` -> ``noun.communication``)."""
+    try:
+        return LEXNAMES[int(sense_key.split("%", 1)[1].split(":")[1])]
+    except (IndexError, ValueError):
+        return "?"
+
+
+def parse_example(text: str, key: str = "example") -> Target:
+    """A whitespace-tokenized sentence with exactly one ``[target]`` token; errors name ``key``."""
+    tokens = text.split()
+    marked = [i for i, token in enumerate(tokens) if token.startswith("[") and token.endswith("]")]
+    if len(marked) != 1 or len(tokens[marked[0]]) < 3:
+        raise ElmolabError(f"{key}: {text!r} must mark exactly one token as [word]")
+    tokens[marked[0]] = tokens[marked[0]][1:-1]
+    return Target(tuple(tokens), marked[0])
+
+
+def nearest_neighbours(
+    model: BiLM,
+    vocabulary: Sequence[str],
+    semcor: Sequence[WsdSentence] | None,
+    config: PolysemyConfig,
+) -> list[WordNeighbours]:
+    """The table for every configured word (see the module docstring); ``semcor`` None skips
+    the contextual part."""
+    n_layers = model.options.lstm.n_layers + 1
+    if not config.contextual_layers or not all(0 <= j < n_layers for j in config.contextual_layers):
+        raise ElmolabError(
+            f"report.polysemy.contextual_layers: {config.contextual_layers} is not a non-empty "
+            f"list of layers in 0..{n_layers - 1}"
+        )
+    parsed = [
+        [
+            parse_example(text, f"report.polysemy.words[{i}].examples[{j}]")
+            for j, text in enumerate(entry.examples)
+        ]
+        for i, entry in enumerate(config.words)
+    ]
+    words = [w for w in vocabulary if w not in SPECIAL_TOKENS][: config.vocab_top_n]
+    with _one_thread():
+        static = _layer0(model, words)  # (words, proj)
+        return [
+            _word_neighbours(model, entry.word, examples, words, static, semcor, config)
+            for entry, examples in zip(config.words, parsed, strict=True)
+        ]
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """Run torch on one thread: these are small batches, and on a shared 2-core machine
+    multi-threaded small matmuls lost 10x to contention (measured with other jobs running)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _word_neighbours(
+    model: BiLM,
+    word: str,
+    examples: list[Target],
+    words: list[str],
+    static: torch.Tensor,
+    semcor: Sequence[WsdSentence] | None,
+    config: PolysemyConfig,
+) -> WordNeighbours:
+    """One word's row: ``static`` (words, proj) are the layer-0 vectors of ``words``."""
+    similarity = F.cosine_similarity(static, _layer0(model, [word]), dim=1)  # (words,)
+    ranked = [i for i in similarity.argsort(descending=True).tolist() if words[i] != word]
+    nearest = [(words[i], float(similarity[i])) for i in ranked[: config.neighbours]]
+    occurrences = [] if semcor is None else _occurrences(semcor, word, config)
+    if not occurrences:
+        notes = [] if semcor is None else [f"no SemCor occurrence of the lemma {word!r}"]
+        empty = [ExampleNeighbours(example, []) for example in examples]
+        return WordNeighbours(word, nearest, empty, 0, notes)
+    pool = _contextual(model, [t for t, _ in occurrences], config.contextual_layers)  # (occ, D)
+    queries = _contextual(model, examples, config.contextual_layers)  # (examples, D)
+    rows = []
+    for example, vector in zip(examples, queries, strict=True):
+        sims = F.cosine_similarity(pool, vector[None], dim=1)  # (occurrences,)
+        top = sims.argsort(descending=True)[: config.neighbours].tolist()
+        neighbours = [SenseNeighbour(*occurrences[i], float(sims[i])) for i in top]
+        rows.append(ExampleNeighbours(example, neighbours))
+    return WordNeighbours(word, nearest, rows, len(occurrences))
+
+
+def _occurrences(
+    semcor: Sequence[WsdSentence], lemma: str, config: PolysemyConfig
+) -> list[tuple[Target, str]]:
+    """(occurrence, its first gold sense key) in the first sentences that have the lemma
+    (long sentences skipped)."""
+    found: list[tuple[Target, str]] = []
+    sentences = 0
+    for sentence in semcor:
+        instances = [i for i in sentence.instances if i.lemma == lemma]
+        if not instances or len(sentence.tokens) > MAX_SENTENCE_TOKENS:
+            continue
+        found += [(Target(sentence.tokens, i.position), i.sense_keys[0]) for i in instances]
+        sentences += 1
+        if sentences == config.semcor_max_sentences:
+            break
+    return found
+
+
+def _layer0(model: BiLM, words: Sequence[str]) -> torch.Tensor:
+    """Context-free vectors (words, proj): the char CNN's output, which layer 0 is twice
+    (``[x; x]``: the same cosine similarities). No LSTM runs, so 5000 words take seconds."""
+    max_chars = model.options.char_cnn.max_characters_per_token
+    vectors = []
+    with torch.inference_mode():
+        for start in range(0, len(words), LAYER0_BATCH):
+            batch = [[word] for word in words[start : start + LAYER0_BATCH]]
+            ids = char_ids_for_sentences(batch, add_sentence_marks=False, max_chars=max_chars)
+            vectors.append(model.token_encoder(ids)[:, 0])  # (batch, proj)
+    return torch.cat(vectors)  # (words, proj)
+
+
+def _contextual(model: BiLM, targets: Sequence[Target], layers: list[int]) -> torch.Tensor:
+    """The mean of ``layers`` at each target's position, (targets, 2 * proj); each distinct
+    sentence runs through the biLM once."""
+    sentences = list(dict.fromkeys(target.tokens for target in targets))
+    outputs = dict(embed_sentences(model, sentences))  # index -> (n_layers + 1, n, 2 * proj)
+    row = {tokens: index for index, tokens in enumerate(sentences)}
+    return torch.stack(
+        [outputs[row[t.tokens]][layers, t.position].mean(dim=0) for t in targets]
+    )  # (targets, 2 * proj)

@@ -1,0 +1,258 @@
+"""Statistics over probe runs: mean and spread over seeds, the best single layer against the
+learned scalar mix with a significance test, and selectivity against the control task.
+
+Significance of "scalar mix minus best single layer" on the test set, per task and encoder:
+
+- paired bootstrap over test sentences, when both modes have per-sentence counts for the same
+  seeds (accuracy tasks): the per-sentence differences ``d_i = mean_seeds(mix_i - layer_i)``
+  (correct tokens) are resampled with replacement ``B`` times, each resample giving
+  ``delta* = sum(d[idx]) / sum(total[idx])``; the two-sided p-value is
+  ``min(1, 2 (1 + min(#{delta* <= 0}, #{delta* >= 0})) / (B + 1))``;
+- otherwise a paired t-test over seeds (span F1 tasks), with at least 2 seeds in common;
+- otherwise no test (a single run each, as WSD 1-NN, which has no scalar mix anyway).
+
+The best single layer is chosen on dev (mean over seeds), never on test.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from elmolab.report.collect import (
+    CONTROL_SUFFIX,
+    ENCODER_ORDER,
+    FEATURE_ORDER,
+    SCALAR_MIX,
+    SINGLE_LAYERS,
+    TASK_ORDER,
+    ProbeRun,
+    ordered,
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """All runs of one task x feature mode x encoder."""
+
+    task: str
+    features: str
+    encoder: str
+    runs: tuple[ProbeRun, ...]  # sorted by seed
+
+    @property
+    def applicable(self) -> bool:
+        return all(run.applicable for run in self.runs)
+
+    @property
+    def metric(self) -> str | None:
+        return self.runs[0].metric
+
+    @property
+    def seeds(self) -> list[int | None]:
+        return [run.seed for run in self.runs]
+
+    @property
+    def test(self) -> np.ndarray:
+        return np.array([run.test for run in self.runs if run.test is not None], dtype=float)
+
+    @property
+    def dev(self) -> np.ndarray:
+        return np.array([run.dev for run in self.runs if run.dev is not None], dtype=float)
+
+    @property
+    def n(self) -> int:
+        return len(self.test)
+
+    @property
+    def mean(self) -> float:
+        return float(self.test.mean()) if self.n else math.nan
+
+    @property
+    def std(self) -> float:
+        """Sample standard deviation over seeds (ddof 1); nan for fewer than 2 runs."""
+        return float(self.test.std(ddof=1)) if self.n > 1 else math.nan
+
+    @property
+    def dev_mean(self) -> float:
+        return float(self.dev.mean()) if len(self.dev) else math.nan
+
+    @property
+    def mix_weights(self) -> np.ndarray | None:
+        """Mean learned weights over seeds, (layers,); None when no run has them."""
+        weights = [run.mix_weights for run in self.runs if run.mix_weights is not None]
+        return np.mean(np.array(weights), axis=0) if weights else None
+
+    @property
+    def gamma(self) -> float | None:
+        gammas = [run.gamma for run in self.runs if run.gamma is not None]
+        return float(np.mean(gammas)) if gammas else None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Scalar mix against the best single layer (chosen on dev) of one task and encoder."""
+
+    task: str
+    encoder: str
+    best_layer: Cell
+    mix: Cell | None  # None: no scalar-mix runs, or the mode does not apply
+    difference: float  # mean test metric, mix minus best layer; nan without a mix
+    p_value: float | None
+    method: str  # how p_value was computed, or why there is none
+
+    def significant(self, alpha: float) -> bool | None:
+        return None if self.p_value is None else self.p_value < alpha
+
+    def verdict(self, alpha: float) -> str:
+        if self.mix is None:
+            return "n/a"
+        if self.p_value is None:
+            return "not testable"
+        if self.p_value >= alpha:
+            return "no significant difference"
+        return "mix better" if self.difference > 0 else "best layer better"
+
+
+@dataclass(frozen=True)
+class Selectivity:
+    """Task accuracy minus control-task accuracy, paired by seed (Hewitt and Liang 2019)."""
+
+    task: str
+    features: str
+    encoder: str
+    task_accuracy: float  # mean over the paired seeds
+    control_accuracy: float
+    values: tuple[float, ...]  # per paired seed
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.values))
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.values, ddof=1)) if len(self.values) > 1 else math.nan
+
+
+def group_cells(runs: Iterable[ProbeRun]) -> dict[tuple[str, str, str], Cell]:
+    """Runs grouped by (task, features, encoder), in display order."""
+    groups: dict[tuple[str, str, str], list[ProbeRun]] = defaultdict(list)
+    for run in runs:
+        groups[run.task, run.features, run.encoder].append(run)
+    tasks = ordered({key[0] for key in groups}, TASK_ORDER)
+    features = ordered({key[1] for key in groups}, FEATURE_ORDER)
+    encoders = ordered({key[2] for key in groups}, ENCODER_ORDER)
+    return {
+        (t, f, e): Cell(t, f, e, tuple(sorted(groups[t, f, e], key=lambda r: r.seed or 0)))
+        for t in tasks
+        for f in features
+        for e in encoders
+        if (t, f, e) in groups
+    }
+
+
+def compare_mix_to_best_layer(
+    cells: dict[tuple[str, str, str], Cell], bootstrap_samples: int, seed: int
+) -> list[Comparison]:
+    """One comparison per task and encoder that has at least one single-layer cell."""
+    comparisons = []
+    for task, encoder in dict.fromkeys((t, e) for t, _, e in cells):
+        layers = [
+            cells[task, layer, encoder]
+            for layer in SINGLE_LAYERS
+            if (task, layer, encoder) in cells and cells[task, layer, encoder].n
+        ]
+        if not layers:
+            continue
+        best = max(layers, key=lambda cell: cell.dev_mean)
+        mix = cells.get((task, SCALAR_MIX, encoder))
+        if mix is None or not mix.applicable or not mix.n:
+            reason = "scalar mix not applicable" if mix is not None else "no scalar-mix runs"
+            comparisons.append(Comparison(task, encoder, best, None, math.nan, None, reason))
+            continue
+        p_value, method = paired_test(best.runs, mix.runs, bootstrap_samples, seed)
+        comparisons.append(
+            Comparison(task, encoder, best, mix, mix.mean - best.mean, p_value, method)
+        )
+    return comparisons
+
+
+def paired_test(
+    a: tuple[ProbeRun, ...], b: tuple[ProbeRun, ...], bootstrap_samples: int, seed: int
+) -> tuple[float | None, str]:
+    """p-value of "b differs from a" and the method used (see the module docstring)."""
+    by_seed_a = {run.seed: run for run in a}
+    pairs = [(by_seed_a[run.seed], run) for run in b if run.seed in by_seed_a]
+    counted = [
+        (x.per_sentence_test, y.per_sentence_test)
+        for x, y in pairs
+        if x.per_sentence_test is not None and y.per_sentence_test is not None
+    ]
+    totals = [x.total for x, _ in counted] + [y.total for _, y in counted]
+    if counted and all(np.array_equal(totals[0], t) for t in totals):
+        correct_a = np.stack([x.correct for x, _ in counted])  # (seeds, sentences)
+        correct_b = np.stack([y.correct for _, y in counted])  # (seeds, sentences)
+        p_value = paired_bootstrap(correct_a, correct_b, totals[0], bootstrap_samples, seed)
+        return p_value, (
+            f"paired bootstrap over {len(totals[0])} test sentences "
+            f"({bootstrap_samples} resamples, {len(counted)} seed(s))"
+        )
+    if len(pairs) >= 2:
+        return paired_t_test([x.test for x, _ in pairs], [y.test for _, y in pairs]), (
+            f"paired t-test over {len(pairs)} seeds"
+        )
+    return None, "not testable: one run each and no per-sentence counts"
+
+
+def paired_bootstrap(
+    correct_a: np.ndarray, correct_b: np.ndarray, total: np.ndarray, samples: int, seed: int
+) -> float:
+    """Two-sided p-value of a paired bootstrap over sentences of the accuracy difference b - a.
+
+    ``correct_a``, ``correct_b``: (seeds, sentences) correct tokens; ``total``: (sentences,).
+    """
+    d = (correct_b - correct_a).mean(axis=0)  # (sentences,)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(total), size=(samples, len(total)))  # (samples, sentences)
+    delta = d[idx].sum(axis=1) / np.maximum(total[idx].sum(axis=1), 1)  # (samples,)
+    tail = min(int((delta <= 0).sum()), int((delta >= 0).sum()))
+    return min(1.0, 2 * (1 + tail) / (samples + 1))
+
+
+def paired_t_test(a: list[float | None], b: list[float | None]) -> float:
+    """Two-sided paired t-test p-value; identical differences give 0 (or 1 when all zero)."""
+    diff = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
+    if np.allclose(diff, diff[0]):
+        return 1.0 if math.isclose(diff[0], 0.0, abs_tol=1e-12) else 0.0
+    return float(stats.ttest_rel(b, a).pvalue)
+
+
+def selectivities(cells: dict[tuple[str, str, str], Cell]) -> list[Selectivity]:
+    """For every control task ``x_control``: task ``x`` minus control, per features and encoder."""
+    results = []
+    for (task, features, encoder), control in cells.items():
+        base = task.removesuffix(CONTROL_SUFFIX)
+        if base == task or (base, features, encoder) not in cells or not control.n:
+            continue
+        by_seed = {run.seed: run.test for run in cells[base, features, encoder].runs}
+        pairs = [(by_seed[r.seed], r.test) for r in control.runs if by_seed.get(r.seed) is not None]
+        pairs = [(t, c) for t, c in pairs if c is not None]
+        if not pairs:
+            continue
+        task_acc, control_acc = np.mean(pairs, axis=0)
+        results.append(
+            Selectivity(
+                base,
+                features,
+                encoder,
+                float(task_acc),
+                float(control_acc),
+                tuple(float(t - c) for t, c in pairs),
+            )
+        )
+    return results

@@ -1,0 +1,322 @@
+"""The report's files: HTML (jinja2), Markdown, ``summary.json`` and CSVs for DVC plots."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+import numpy as np
+
+from elmolab.report import tables
+from elmolab.report.collect import FEATURE_ORDER, ordered
+from elmolab.report.polysemy import Target
+
+if TYPE_CHECKING:
+    from elmolab.report.build import ReportData
+
+TEMPLATES = Path(__file__).parent / "templates"
+SIGNIFICANCE_METHOD = (
+    "Scalar mix vs the best single layer (chosen on dev), test set: a paired bootstrap over "
+    "test sentences when per-sentence counts exist (accuracy tasks), else a paired t-test over "
+    "seeds; two-sided, significant when p < {alpha}."
+)
+FIGURE_CAPTIONS = {
+    "pretraining_curves": "Pretraining: validation perplexity of each direction and their "
+    "mean against training tokens (log scale; dashed: the unigram baseline), and the "
+    "training loss.",
+    "probes_by_task": "Test score of every feature mode per task (bars: mean over seeds, error "
+    "bars: one standard deviation, dots: single seeds; outlined bar: the learned scalar mix). "
+    "The y axes are zoomed and do not start at 0.",
+    "task_feature_heatmap": "Test score (%) per task and feature mode. Colours rank the feature "
+    "modes within each row: the darkest cell is that task's best feature mode.",
+    "mix_weights": "The scalar-mix weights softmax(w) learned per task and layer (mean over "
+    "seeds; γ: the learned scale), as in Figure 2 of the ELMo paper.",
+    "selectivity": "Selectivity: task accuracy minus control-task accuracy of the same probe "
+    "on the same features (Hewitt and Liang 2019), mean and std over seeds.",
+}
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=jinja2.select_autoescape(["html"]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render_html(data: ReportData, pngs: dict[str, bytes], embed: bool) -> str:
+    """``index.html``: figures as data URIs when ``embed``, else links into figures/."""
+    images = {
+        name: "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+        if embed
+        else f"figures/{name}.png"
+        for name, png in pngs.items()
+    }
+    return (
+        _environment()
+        .get_template("report.html")
+        .render(
+            data=data,
+            images=images,
+            captions=FIGURE_CAPTIONS,
+            headline=tables.headline(data),
+            findings=tables.findings(data),
+            results=tables.results_table(data),
+            pretraining=tables.pretraining_table(data),
+            selectivity=tables.selectivity_table(data),
+            method=SIGNIFICANCE_METHOD.format(alpha=data.significance.alpha),
+        )
+    )
+
+
+def render_markdown(data: ReportData, pngs: dict[str, bytes]) -> str:
+    """``summary.md``: the same tables and findings; figures linked from figures/."""
+    out = [f"# {data.title}", "", f"Code version: {data.version}", ""]
+    if data.inputs.missing:
+        out += ["**Missing inputs:**", "", *[f"- {line}" for line in data.inputs.missing], ""]
+    out += ["## Main result", "", *[f"- {line}" for line in tables.findings(data)], ""]
+    headline = tables.headline(data)
+    if headline:
+        out += _md_table(
+            [
+                "task",
+                "best single layer",
+                "scalar mix",
+                "mix − layer",
+                "p",
+                "verdict",
+                "random: best layer",
+                "random: mix",
+                "trained − random",
+            ],
+            [
+                [
+                    r.task,
+                    f"{r.best_layer} {r.best_value}",
+                    r.mix_value,
+                    r.difference,
+                    r.p_value,
+                    r.verdict,
+                    r.random_best,
+                    r.random_mix,
+                    r.gain_over_random,
+                ]
+                for r in headline
+            ],
+        )
+        out += ["", SIGNIFICANCE_METHOD.format(alpha=data.significance.alpha), ""]
+    out += [f"![{name}](figures/{name}.png)" for name in pngs] + [""]
+    out += ["## Pretraining", ""]
+    out += _md_table(["", "trained biLM", "random init"], tables.pretraining_table(data))
+    results = tables.results_table(data)
+    if results:
+        out += ["", "## Test scores: mean ± std over seeds (n)", ""]
+        out += [
+            "**bold**: best single layer of the task (on dev); ≈: scalar mix not significantly "
+            "different from it.",
+            "",
+        ]
+        out += _md_table(
+            ["task", "features", *data.encoders],
+            [[task, mode, *(_md_cell(c) for c in cells)] for task, mode, cells in results],
+        )
+    if data.selectivity:
+        out += ["", "## Selectivity", ""]
+        out += _md_table(
+            ["task", "features", "encoder", "task acc.", "control acc.", "selectivity (n)"],
+            tables.selectivity_table(data),
+        )
+    if data.polysemy:
+        layers = ", ".join(map(str, data.polysemy_layers))
+        out += ["", "## Polysemy: nearest neighbours", ""]
+        out += [
+            "Layer 0: nearest vocabulary words (cosine). In context: nearest SemCor occurrences "
+            f"(mean of layers {layers}), with their gold sense key and lexicographer file.",
+            "",
+        ]
+        for word in data.polysemy:
+            static = ", ".join(f"{w} ({s:.2f})" for w, s in word.static)
+            out += [f"**{word.word}**, layer 0 (context-free): {static}", ""]
+            for example in word.examples:
+                out += [f"- *{_md_window(example.example)}*"]
+                out += [
+                    f"  - {n.similarity:.2f} `{n.sense_key}` ({n.lexname}): {_md_window(n.target)}"
+                    for n in example.neighbours
+                ]
+            out += [""]
+    out += ["## Configuration", "", "```yaml", data.params_yaml.rstrip(), "```", ""]
+    return "\n".join(out)
+
+
+def _md_window(target: Target) -> str:
+    left, word, right = target.window()
+    return " ".join(part for part in (left, f"**{word}**", right) if part)
+
+
+def _md_cell(cell: tables.ResultCell) -> str:
+    text = f"**{cell.text}**" if cell.best_layer else cell.text
+    return text + (" ≈" if cell.not_significant else "")
+
+
+def _md_table(header: list[str], rows: list[Any]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(str(value) for value in row) + " |" for row in rows]
+
+
+def _number(value: float | None) -> float | None:
+    """JSON has no nan: None instead."""
+    return None if value is None or math.isnan(value) else value
+
+
+def summary_json(data: ReportData) -> dict[str, Any]:
+    """Every number of the report, machine-readable (scores as fractions, not percent)."""
+    alpha = data.significance.alpha
+    probes: dict[str, dict[str, dict[str, Any]]] = {}
+    for (task, mode, encoder), cell in data.cells.items():
+        probes.setdefault(task, {}).setdefault(mode, {})[encoder] = {
+            "metric": cell.metric,
+            "applicable": cell.applicable,
+            "n": cell.n,
+            "mean": _number(cell.mean),
+            "std": _number(cell.std),
+            "seeds": cell.seeds if cell.applicable else [],
+            "test": cell.test.tolist(),
+            "dev": cell.dev.tolist(),
+            "mix_weights": None if cell.mix_weights is None else cell.mix_weights.tolist(),
+            "gamma": cell.gamma,
+        }
+    return {
+        "title": data.title,
+        "code_version": {"commit": data.version.commit, "dirty": data.version.dirty},
+        "missing": data.inputs.missing,
+        "pretraining": {
+            "trained": data.inputs.trained.metrics if data.inputs.trained else None,
+            "random": data.inputs.random.metrics if data.inputs.random else None,
+        },
+        "probes": probes,
+        "significance": {
+            "alpha": alpha,
+            "bootstrap_samples": data.significance.bootstrap_samples,
+            "method": SIGNIFICANCE_METHOD.format(alpha=alpha),
+        },
+        "comparisons": [
+            {
+                "task": c.task,
+                "encoder": c.encoder,
+                "best_layer": c.best_layer.features,
+                "best_layer_mean": _number(c.best_layer.mean),
+                "mix_mean": None if c.mix is None else _number(c.mix.mean),
+                "difference": _number(c.difference),
+                "p_value": c.p_value,
+                "method": c.method,
+                "significant": c.significant(alpha),
+                "verdict": c.verdict(alpha),
+            }
+            for c in data.comparisons
+        ],
+        "selectivity": [
+            {
+                "task": s.task,
+                "features": s.features,
+                "encoder": s.encoder,
+                "task_accuracy": s.task_accuracy,
+                "control_accuracy": s.control_accuracy,
+                "mean": s.mean,
+                "std": _number(s.std),
+                "values": list(s.values),
+            }
+            for s in data.selectivity
+        ],
+        "polysemy": {
+            "contextual_layers": data.polysemy_layers,
+            "words": [
+                {
+                    "word": w.word,
+                    "layer0_neighbours": [{"word": n, "cosine": s} for n, s in w.static],
+                    "semcor_occurrences": w.semcor_occurrences,
+                    "examples": [
+                        {
+                            "sentence": " ".join(e.example.tokens),
+                            "position": e.example.position,
+                            "neighbours": [
+                                {
+                                    "sentence": " ".join(n.target.tokens),
+                                    "position": n.target.position,
+                                    "sense_key": n.sense_key,
+                                    "lexname": n.lexname,
+                                    "cosine": n.similarity,
+                                }
+                                for n in e.neighbours
+                            ],
+                        }
+                        for e in w.examples
+                    ],
+                }
+                for w in data.polysemy
+            ],
+        },
+    }
+
+
+def headline_metrics(data: ReportData) -> dict[str, Any]:
+    """``metrics.json``: the numbers to compare across experiments (``dvc exp show``), numeric
+    only: validation perplexity, and per task and encoder the best single layer (its index and
+    test score), the scalar mix's test score, their difference and its p-value."""
+    metrics: dict[str, Any] = {}
+    if data.inputs.trained is not None:
+        val = data.inputs.trained.metrics["val"]
+        metrics["pretraining"] = {f"val_{key}": val[key] for key in ("ppl", "ppl_fwd", "ppl_bwd")}
+    for c in data.comparisons:
+        metrics.setdefault(c.task, {})[c.encoder] = {
+            "best_layer": int(c.best_layer.features.removeprefix("layer")),
+            "best_layer_test": _number(c.best_layer.mean),
+            "scalar_mix_test": None if c.mix is None else _number(c.mix.mean),
+            "mix_minus_layer": _number(c.difference),
+            "p_value": c.p_value,
+        }
+    return metrics
+
+
+def plot_csvs(data: ReportData) -> dict[str, str]:
+    """CSVs for DVC plots, by path under ``plots/``, scores in percent:
+
+    - ``validation_perplexity.csv``: curve.csv's rows that have a validation (DVC's vega plots
+      would draw the empty cells of the other rows as zeros);
+    - ``probes/<task>.csv``: one row per feature mode and encoder (``label`` is
+      ``"<features> <encoder>"``), mean and std over seeds.
+    """
+    files = {}
+    trained = data.inputs.trained
+    if trained is not None and trained.curve is not None:
+        columns = ["step", "tokens", "val_ppl", "val_ppl_fwd", "val_ppl_bwd"]
+        rows = ~np.isnan(trained.curve["val_ppl"])
+        table = np.stack([trained.curve[c][rows] for c in columns], axis=1)  # (rows, columns)
+        lines = [",".join(columns)]
+        lines += [
+            ",".join(f"{v:.0f}" for v in row[:2]) + "," + ",".join(f"{v:.4f}" for v in row[2:])
+            for row in table
+        ]
+        files["validation_perplexity.csv"] = "\n".join(lines) + "\n"
+    features = ordered({f for _, f, _ in data.cells}, FEATURE_ORDER)
+    for task in dict.fromkeys(t for t, _, _ in data.cells):
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["label", "features", "encoder", "mean", "std", "n"])
+        for mode in features:
+            for encoder in data.encoders:
+                cell = data.cells.get((task, mode, encoder))
+                if cell is None or not cell.n:
+                    continue
+                std = "" if math.isnan(cell.std) else f"{100 * cell.std:.4f}"
+                writer.writerow(
+                    [f"{mode} {encoder}", mode, encoder, f"{100 * cell.mean:.4f}", std, cell.n]
+                )
+        files[f"probes/{task}.csv"] = buffer.getvalue()
+    return files
