@@ -12,6 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from elmolab.config import run_stage, section
+from elmolab.tracking import init_run, run_tags
 from elmolab.training.pretrain import (
     ModelConfig,
     PretrainConfig,
@@ -35,7 +36,26 @@ def _sections(cfg: DictConfig) -> tuple[ModelConfig, PretrainConfig, TrainerConf
 def run(cfg: DictConfig, out_dir: Path) -> dict:
     model, settings, trainer, corpus_dir = _sections(cfg)
     ckpt_dir = out_dir.parent / f"{out_dir.name}_checkpoints"
-    return pretrain(model, settings, trainer, corpus_dir, out_dir, ckpt_dir, seed=cfg.seed)
+    fields = {"model": model.name, "seed": cfg.seed}
+    with init_run(cfg, job_type="pretrain", tags=run_tags(**fields), config=fields) as tracked:
+        tracked.add_input("corpus", "dataset", corpus_dir)
+        loggers = []
+        if tracked.enabled:
+            from lightning.pytorch.loggers import WandbLogger
+
+            loggers.append(WandbLogger(experiment=tracked.run))
+        metrics = pretrain(
+            model, settings, trainer, corpus_dir, out_dir, ckpt_dir, seed=cfg.seed, loggers=loggers
+        )
+        tracked.summarize(
+            {
+                f"{split}/{k}": v
+                for split in ("val", "test")
+                for k, v in metrics.get(split, {}).items()
+            }
+        )
+        tracked.add_output("bilm", "model", out_dir)
+    return metrics
 
 
 def run_random_control(cfg: DictConfig, out_dir: Path) -> dict:
