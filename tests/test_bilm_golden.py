@@ -4,10 +4,13 @@
   bilm-tf's top layer, and the char CNN its token embeddings, within 1e-6 (fp32).
 - On both fixtures (with and without skip connections) every layer equals an independent float64
   numpy implementation written from the equations of DESIGN.md section 5.
+- The training entry point ``encode_lm`` computes what ``forward`` computes, with dropout in
+  training only, gradients everywhere, and states carried between windows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -161,3 +164,39 @@ def test_every_layer_matches_an_independent_numpy_bilm(data_dir: Path, fixture_n
         got = output.layers[row, :, : len(tokens)].double().numpy()
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5, err_msg=f"{fixture_name} {row}")
         assert not output.layers[row, :, len(tokens) :].any()  # zero past the sentence
+
+
+def test_encode_lm_matches_forward_on_a_full_row(model: BiLM) -> None:
+    tokens = ["The", "cat", "sat", "."]
+    forward_ids = torch.tensor([[char_ids_for_token(t) for t in ["<S>", *tokens, "</S>"]]])
+    with torch.no_grad():
+        forward, backward, state = model.encode_lm(forward_ids, forward_ids.flip(1))
+        layers = model(sentence_char_ids([tokens])).layers[0]  # (3, tokens, 2 * proj)
+    proj = model.options.lstm.projection_dim
+    for k, (f, b) in enumerate(zip(forward, backward, strict=True)):  # (1, tokens + 2, proj)
+        torch.testing.assert_close(layers[k + 1, :, :proj], f[0, 1:-1], rtol=0, atol=1e-6)
+        torch.testing.assert_close(layers[k + 1, :, proj:], b[0].flip(0)[1:-1], rtol=0, atol=1e-6)
+    assert state.forward.h.shape == (2, 1, proj)
+    assert state.backward.c.shape == (2, 1, model.options.lstm.dim)
+
+
+def test_encode_lm_trains_with_dropout_and_carries_state(model: BiLM) -> None:
+    torch.manual_seed(0)
+    trainee = BiLM(dataclasses.replace(model.options, dropout=0.5))
+    trainee.load_state_dict(model.state_dict())
+    ids = sentence_char_ids([["<S>", "Some", "words", "to", "train", "on", "</S>"]] * 2)
+    forward, backward, state = trainee.encode_lm(ids, ids.flip(1))
+    again, _, _ = trainee.encode_lm(ids, ids.flip(1))
+    assert not torch.equal(forward[-1], again[-1])  # dropout acts in training
+    (forward[-1].sum() + backward[-1].sum()).backward()
+    assert all(p.grad is not None for p in trainee.parameters())
+    assert not trainee.token_encoder.char_embed.grad[0].any()  # the padding row stays zero
+    assert not state.forward.h.requires_grad  # detached for truncated BPTT
+
+    trainee.eval()
+    with torch.no_grad():
+        first, _, _ = trainee.encode_lm(ids, ids.flip(1))
+        second, _, _ = trainee.encode_lm(ids, ids.flip(1))
+        carried, _, _ = trainee.encode_lm(ids, ids.flip(1), state)
+    assert torch.equal(first[-1], second[-1])
+    assert not torch.allclose(first[-1], carried[-1])

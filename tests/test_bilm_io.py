@@ -20,7 +20,7 @@ from elmolab.io.bilm_tf import (
     load_bilm_from_checkpoint,
     save_bilm_checkpoint,
 )
-from elmolab.io.features import FeatureReader, FeatureWriter, read_features
+from elmolab.io.features import FeatureReader, open_feature_writer, read_features
 from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.models.char_cnn import CharCNN, Highway
 from elmolab.models.lstm import LstmWithProjection
@@ -131,10 +131,14 @@ def write_options(path: Path, fixture_dir: Path, edit) -> Path:
     [
         (lambda o: o["lstm"].pop("projection_dim"), "missing key 'lstm.projection_dim'"),
         (lambda o: o["char_cnn"]["embedding"].pop("dim"), "missing key 'char_cnn.embedding.dim'"),
-        (lambda o: o.pop("char_cnn"), "missing key 'char_cnn'"),
+        (lambda o: o.pop("char_cnn"), "missing key 'char_cnn.filters'"),
+        (lambda o: o.update(lstm=[]), "'lstm' must be a JSON object"),
+        (lambda o: o["char_cnn"].update(filters=[[1, 4, 2]]), "'char_cnn.filters' must be a list"),
+        (lambda o: o["lstm"].update(proj_clip=-1), "'lstm.proj_clip' must be a positive number"),
+        (lambda o: o.update(dropout=1.5), r"'dropout' must be a number in \[0, 1\)"),
         (lambda o: o["char_cnn"].update(n_characters=261), "'char_cnn.n_characters' must be 262"),
         (lambda o: o["char_cnn"].update(activation="gelu"), "'char_cnn.activation' must be one of"),
-        (lambda o: o["lstm"].update(dim="64"), "'lstm.dim' must be a positive integer"),
+        (lambda o: o["lstm"].update(dim="64"), "'lstm.dim' must be an integer >= 1, got '64'"),
     ],
 )
 def test_bad_options_name_the_file_and_the_key(
@@ -251,7 +255,7 @@ def test_feature_file_round_trip(tmp_path: Path, mode: str) -> None:
     sentences = {0: "a b c", 1: "d e", 2: "f"}
     layers = {i: random_layers(len(s.split()), i) for i, s in sentences.items()}
     path = tmp_path / "features.hdf5"
-    with FeatureWriter(path, mode) as writer:
+    with open_feature_writer(path, mode) as writer:
         for i in (2, 0, 1):  # any order
             writer.write(i, sentences[i], layers[i])
     got = read_features(path, n_tokens=[3, 2, 1])
@@ -269,7 +273,7 @@ def test_feature_file_round_trip(tmp_path: Path, mode: str) -> None:
 
 def test_float16_storage(tmp_path: Path) -> None:
     layers = random_layers(4, 0)
-    with FeatureWriter(tmp_path / "f.hdf5", "all", dtype="float16") as writer:
+    with open_feature_writer(tmp_path / "f.hdf5", "all", dtype="float16") as writer:
         writer.write(0, "a b c d", layers)
     with h5py.File(tmp_path / "f.hdf5", "r") as f:
         assert f["0"].dtype == np.float16
@@ -278,7 +282,7 @@ def test_float16_storage(tmp_path: Path) -> None:
 
 
 def test_feature_writer_leaves_nothing_on_error(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError), FeatureWriter(tmp_path / "f.hdf5") as writer:
+    with pytest.raises(RuntimeError), open_feature_writer(tmp_path / "f.hdf5") as writer:
         writer.write(0, "a", random_layers(1, 0))
         raise RuntimeError("interrupted")
     assert list(tmp_path.iterdir()) == []
@@ -286,7 +290,7 @@ def test_feature_writer_leaves_nothing_on_error(tmp_path: Path) -> None:
 
 def test_feature_reader_names_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "f.hdf5"
-    with FeatureWriter(path) as writer:
+    with open_feature_writer(path) as writer:
         writer.write(0, "a b", random_layers(2, 0))
         writer.write(1, "c", random_layers(1, 1))
     with pytest.raises(ElmolabError, match=r"f.hdf5: line index 1: 1 token vectors, expected 2"):

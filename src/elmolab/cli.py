@@ -12,19 +12,23 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+import torch
+
+from elmolab.embed import DEFAULT_BATCH_SIZE, embed_file
 from elmolab.errors import ElmolabError
+from elmolab.io.bilm_tf import load_bilm, load_bilm_from_checkpoint
+from elmolab.io.features import LAYER_MODES, STORAGE_DTYPES
 
 
 class Command(NamedTuple):
+    """One subcommand of ``elmolab``."""
+
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
 
 
 def _add_embed_arguments(parser: argparse.ArgumentParser) -> None:
-    from elmolab.embed import DEFAULT_BATCH_SIZE
-    from elmolab.io.features import LAYER_MODES, STORAGE_DTYPES
-
     parser.add_argument("input", help="text file: one whitespace-tokenized sentence per line")
     parser.add_argument("output", help="HDF5 feature file to write (allennlp elmo format)")
     model = parser.add_argument_group("model (bilm-tf files, or an elmolab checkpoint)")
@@ -50,11 +54,6 @@ def _add_embed_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_embed(args: argparse.Namespace) -> int:
-    import torch
-
-    from elmolab.embed import embed_file
-    from elmolab.io.bilm_tf import load_bilm, load_bilm_from_checkpoint
-
     if args.checkpoint is not None and (args.options is not None or args.weights is not None):
         raise ElmolabError("give either --checkpoint or --options and --weights, not both")
     if args.checkpoint is None and (args.options is None or args.weights is None):

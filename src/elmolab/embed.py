@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from elmolab.errors import ElmolabError
-from elmolab.io.features import FeatureWriter
+from elmolab.io.features import open_feature_writer
 from elmolab.models.bilm import BiLM
 from elmolab.models.char_cnn import CharCNN
 from elmolab.text.chars import MAX_CHARACTERS_PER_TOKEN, char_ids_for_token
@@ -72,14 +72,19 @@ def sentence_char_ids(
 
     Each distinct token is converted once and the batch is gathered from that table.
     """
-    vocabulary: dict[str, int] = {}  # token -> row of the table (0 is padding)
+    distinct = dict.fromkeys(t for tokens in sentences for t in tokens)
+    row_of = {token: row for row, token in enumerate(distinct, start=1)}  # row 0 is padding
+    table = [[0] * max_chars] + [char_ids_for_token(t, max_chars) for t in distinct]
+    return torch.tensor(table)[_table_rows(sentences, row_of)]  # (batch, time, chars)
+
+
+def _table_rows(sentences: Sequence[Sequence[str]], row_of: dict[str, int]) -> Tensor:
+    """(batch, time) long: the table row of every token, 0 past the end of each sentence."""
     time = max((len(tokens) for tokens in sentences), default=0)
     rows = torch.zeros(len(sentences), time, dtype=torch.long)  # (batch, time)
     for b, tokens in enumerate(sentences):
-        ids = [vocabulary.setdefault(token, len(vocabulary) + 1) for token in tokens]
-        rows[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-    table = [[0] * max_chars] + [char_ids_for_token(t, max_chars) for t in vocabulary]
-    return torch.tensor(table)[rows]  # (batch, time, chars)
+        rows[b, : len(tokens)] = torch.tensor([row_of[t] for t in tokens], dtype=torch.long)
+    return rows
 
 
 class TokenVectorCache:
@@ -108,11 +113,7 @@ class TokenVectorCache:
             new = list(dict.fromkeys(t for tokens in sentences for t in tokens))
         if new:
             self._add(new)
-        time = max((len(tokens) for tokens in sentences), default=0)
-        rows = torch.zeros(len(sentences), time, dtype=torch.long)  # (batch, time)
-        for b, tokens in enumerate(sentences):
-            rows[b, : len(tokens)] = torch.tensor([self._rows[t] for t in tokens], dtype=torch.long)
-        rows = rows.to(self._table.device)
+        rows = _table_rows(sentences, self._rows).to(self._table.device)  # (batch, time)
         return self._table[rows], rows > 0  # (batch, time, proj), (batch, time)
 
     def _add(self, tokens: list[str]) -> None:
@@ -177,7 +178,7 @@ def embed_file(
     """
     lines = read_sentences(input_path)
     sentences = [line.split() for line in lines]
-    with FeatureWriter(output_path, layers, dtype) as writer:
+    with open_feature_writer(output_path, layers, dtype) as writer:
         for index, array in embed_sentences(model, sentences, batch_size, stateful):
             writer.write(index, lines[index], array.float().cpu().numpy())
     return len(lines)

@@ -12,11 +12,10 @@ one-element string dataset holding ``json.dumps({line_text: "line_index"})``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack
-from types import TracebackType
 
 import h5py
 import numpy as np
@@ -43,49 +42,46 @@ def select_layers(layers: np.ndarray, mode: str) -> np.ndarray:
 
 
 class FeatureWriter:
-    """Writes a feature file atomically: nothing appears at ``path`` unless the ``with`` block
-    ends without an exception.
+    """Adds lines to a feature file opened by ``open_feature_writer``."""
 
-    >>> with FeatureWriter("out.hdf5", mode="all") as writer:
-    ...     writer.write(0, "The cat .", layers)  # layers: (n_layers + 1, n_tokens, dim)
-    """
-
-    def __init__(self, path: PathLike, mode: str = "all", dtype: str = "float32") -> None:
-        if mode not in LAYER_MODES:
-            raise ValueError(f"layer mode must be one of {LAYER_MODES}, got {mode!r}")
-        if dtype not in STORAGE_DTYPES:
-            raise ValueError(f"storage dtype must be one of {STORAGE_DTYPES}, got {dtype!r}")
-        self.path = path
+    def __init__(self, file: h5py.File, mode: str, dtype: str) -> None:
+        self._file = file
         self.mode = mode
         self.dtype = dtype
         self._sentence_to_index: dict[str, str] = {}
-        self._stack = ExitStack()
-        self._file: h5py.File | None = None
-
-    def __enter__(self) -> FeatureWriter:
-        tmp = self._stack.enter_context(atomic_path(self.path))
-        self._file = self._stack.enter_context(h5py.File(tmp, "w"))
-        return self
 
     def write(self, index: int, sentence: str, layers: np.ndarray) -> None:
         """Store line ``index`` (text ``sentence``), ``layers`` (n_layers + 1, n_tokens, dim)."""
-        assert self._file is not None, "use FeatureWriter in a with block"
         data = select_layers(np.asarray(layers, dtype=np.float32), self.mode)
         self._file.create_dataset(str(index), data=data.astype(self.dtype, copy=False))
         self._sentence_to_index[sentence] = str(index)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if exc is None and self._file is not None:
-            dataset = self._file.create_dataset(
-                SENTENCE_TO_INDEX, (1,), dtype=h5py.string_dtype(encoding="utf-8")
-            )
-            dataset[0] = json.dumps(self._sentence_to_index)
-        self._stack.__exit__(exc_type, exc, traceback)
+    def finish(self) -> None:
+        """Write ``sentence_to_index``; called once, after the last line."""
+        dataset = self._file.create_dataset(
+            SENTENCE_TO_INDEX, (1,), dtype=h5py.string_dtype(encoding="utf-8")
+        )
+        dataset[0] = json.dumps(self._sentence_to_index)
+
+
+@contextlib.contextmanager
+def open_feature_writer(
+    path: PathLike, mode: str = "all", dtype: str = "float32"
+) -> Iterator[FeatureWriter]:
+    """A writer for a new feature file that appears at ``path`` only if the ``with`` block
+    ends without an exception (``mode``: all, top or average; ``dtype``: float32 or float16).
+
+    >>> with open_feature_writer("out.hdf5", mode="all") as writer:
+    ...     writer.write(0, "The cat .", layers)  # layers: (n_layers + 1, n_tokens, dim)
+    """
+    if mode not in LAYER_MODES:
+        raise ValueError(f"layer mode must be one of {LAYER_MODES}, got {mode!r}")
+    if dtype not in STORAGE_DTYPES:
+        raise ValueError(f"storage dtype must be one of {STORAGE_DTYPES}, got {dtype!r}")
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as fout:
+        writer = FeatureWriter(fout, mode, dtype)
+        yield writer
+        writer.finish()
 
 
 class FeatureReader:

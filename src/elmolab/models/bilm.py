@@ -107,102 +107,98 @@ class BiLMOptions:
     def from_dict(cls, data: Any, source: str | os.PathLike[str] | None = None) -> BiLMOptions:
         """Validate the parsed JSON; ``source`` names the file in error messages."""
 
-        def fail(problem: str) -> ElmolabError:
-            return ElmolabError(problem, source)
+        def require(ok: bool, problem: str) -> None:
+            if not ok:
+                raise ElmolabError(problem, source)
 
-        def get(section: Any, key: str, dotted: str, default: Any = ...) -> Any:
-            if not isinstance(section, dict):
-                raise fail(f"'{dotted.rsplit('.', 1)[0]}' must be a JSON object")
-            if key not in section:
-                if default is ...:
-                    raise fail(f"missing key '{dotted}'")
-                return default
-            return section[key]
+        def value(dotted: str, default: Any = ...) -> Any:
+            node, keys = data, dotted.split(".")
+            for depth, key in enumerate(keys):
+                where = ".".join(keys[:depth])
+                require(isinstance(node, dict), f"'{where or 'options'}' must be a JSON object")
+                if key not in node:
+                    require(default is not ..., f"missing key '{dotted}'")
+                    return default
+                node = node[key]
+            return node
 
-        def positive_int(value: Any, dotted: str) -> int:
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise fail(f"'{dotted}' must be a positive integer, got {value!r}")
-            return value
+        def integer(dotted: str, minimum: int = 1) -> int:
+            number = value(dotted)
+            require(
+                isinstance(number, int) and not isinstance(number, bool) and number >= minimum,
+                f"'{dotted}' must be an integer >= {minimum}, got {number!r}",
+            )
+            return number
 
-        def clip(value: Any, dotted: str) -> float | None:
-            if value is None:
-                return None
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise fail(f"'{dotted}' must be a positive number or null, got {value!r}")
-            return float(value)
+        def clip(dotted: str) -> float | None:
+            number = value(dotted)
+            require(
+                number is None
+                or (
+                    isinstance(number, int | float) and not isinstance(number, bool) and number > 0
+                ),
+                f"'{dotted}' must be a positive number or null, got {number!r}",
+            )
+            return None if number is None else float(number)
 
-        lstm = get(data, "lstm", "lstm")
-        cnn = get(data, "char_cnn", "char_cnn")
-        lstm_options = LstmOptions(
-            dim=positive_int(get(lstm, "dim", "lstm.dim"), "lstm.dim"),
-            projection_dim=positive_int(
-                get(lstm, "projection_dim", "lstm.projection_dim"), "lstm.projection_dim"
-            ),
-            n_layers=positive_int(get(lstm, "n_layers", "lstm.n_layers"), "lstm.n_layers"),
-            cell_clip=clip(get(lstm, "cell_clip", "lstm.cell_clip"), "lstm.cell_clip"),
-            proj_clip=clip(get(lstm, "proj_clip", "lstm.proj_clip"), "lstm.proj_clip"),
-            use_skip_connections=bool(
-                get(lstm, "use_skip_connections", "lstm.use_skip_connections", False)
-            ),
+        lstm = LstmOptions(
+            dim=integer("lstm.dim"),
+            projection_dim=integer("lstm.projection_dim"),
+            n_layers=integer("lstm.n_layers"),
+            cell_clip=clip("lstm.cell_clip"),
+            proj_clip=clip("lstm.proj_clip"),
+            use_skip_connections=bool(value("lstm.use_skip_connections", False)),
         )
-        filters = get(cnn, "filters", "char_cnn.filters")
-        if (
-            not isinstance(filters, list)
-            or not filters
-            or not all(isinstance(f, list) and len(f) == 2 for f in filters)
-        ):
-            raise fail(f"'char_cnn.filters' must be a list of [width, n_filters], got {filters!r}")
-        embedding = get(cnn, "embedding", "char_cnn.embedding")
-        cnn_options = CharCNNOptions(
-            filters=[
-                [positive_int(w, "char_cnn.filters"), positive_int(n, "char_cnn.filters")]
-                for w, n in filters
-            ],
-            embedding_dim=positive_int(
-                get(embedding, "dim", "char_cnn.embedding.dim"), "char_cnn.embedding.dim"
+        filters = value("char_cnn.filters")
+        require(
+            isinstance(filters, list)
+            and len(filters) > 0
+            and all(
+                isinstance(f, list)
+                and len(f) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in f)
+                for f in filters
             ),
-            n_highway=get(cnn, "n_highway", "char_cnn.n_highway"),
-            n_characters=get(cnn, "n_characters", "char_cnn.n_characters"),
-            max_characters_per_token=positive_int(
-                get(cnn, "max_characters_per_token", "char_cnn.max_characters_per_token"),
-                "char_cnn.max_characters_per_token",
-            ),
-            activation=get(cnn, "activation", "char_cnn.activation"),
+            f"'char_cnn.filters' must be a list of [width, n_filters], got {filters!r}",
         )
-        if isinstance(cnn_options.n_highway, bool) or not isinstance(cnn_options.n_highway, int):
-            raise fail(f"'char_cnn.n_highway' must be an integer, got {cnn_options.n_highway!r}")
-        if cnn_options.n_characters != N_CHARACTERS_INFERENCE:
-            raise fail(
-                f"'char_cnn.n_characters' must be {N_CHARACTERS_INFERENCE} (inference ids, "
-                f"0 = padding; set it after training as bilm-tf does), "
-                f"got {cnn_options.n_characters!r}"
-            )
-        if cnn_options.activation not in ACTIVATIONS:
-            raise fail(
-                f"'char_cnn.activation' must be one of {sorted(ACTIVATIONS)}, "
-                f"got {cnn_options.activation!r}"
-            )
-        if max(w for w, _ in cnn_options.filters) > cnn_options.max_characters_per_token:
-            raise fail("a filter is wider than 'char_cnn.max_characters_per_token'")
-        if lstm_options.projection_dim >= lstm_options.dim:
-            raise fail(
-                f"'lstm.projection_dim' ({lstm_options.projection_dim}) must be smaller than "
-                f"'lstm.dim' ({lstm_options.dim}): bilm-tf stores no projection otherwise"
-            )
-        if sum(n for _, n in cnn_options.filters) == lstm_options.projection_dim:
-            raise fail(
-                "the char CNN's filter count equals 'lstm.projection_dim': bilm-tf stores no "
-                "CNN projection then, which elmolab does not support"
-            )
-        dropout = get(data, "dropout", "dropout", 0.0)
-        if (
-            isinstance(dropout, bool)
-            or not isinstance(dropout, int | float)
-            or not 0 <= dropout < 1
-        ):
-            raise fail(f"'dropout' must be a number in [0, 1), got {dropout!r}")
+        cnn = CharCNNOptions(
+            filters=filters,
+            embedding_dim=integer("char_cnn.embedding.dim"),
+            n_highway=integer("char_cnn.n_highway", minimum=0),
+            n_characters=value("char_cnn.n_characters"),
+            max_characters_per_token=integer("char_cnn.max_characters_per_token"),
+            activation=value("char_cnn.activation"),
+        )
+        require(
+            cnn.n_characters == N_CHARACTERS_INFERENCE,
+            f"'char_cnn.n_characters' must be {N_CHARACTERS_INFERENCE} (inference ids, 0 is "
+            f"padding; bilm-tf sets it after training), got {cnn.n_characters!r}",
+        )
+        require(
+            isinstance(cnn.activation, str) and cnn.activation in ACTIVATIONS,
+            f"'char_cnn.activation' must be one of {sorted(ACTIVATIONS)}, got {cnn.activation!r}",
+        )
+        require(
+            max(w for w, _ in filters) <= cnn.max_characters_per_token,
+            "a filter is wider than 'char_cnn.max_characters_per_token'",
+        )
+        require(
+            lstm.projection_dim < lstm.dim,
+            f"'lstm.projection_dim' ({lstm.projection_dim}) must be smaller than 'lstm.dim' "
+            f"({lstm.dim}): bilm-tf stores no projection otherwise",
+        )
+        require(
+            sum(n for _, n in filters) != lstm.projection_dim,
+            "the filters add up to 'lstm.projection_dim': bilm-tf stores no CNN projection then, "
+            "which elmolab does not support",
+        )
+        dropout = value("dropout", 0.0)
+        require(
+            isinstance(dropout, int | float) and not isinstance(dropout, bool) and 0 <= dropout < 1,
+            f"'dropout' must be a number in [0, 1), got {dropout!r}",
+        )
         extra = {k: v for k, v in data.items() if k not in ("lstm", "char_cnn", "dropout")}
-        return cls(lstm_options, cnn_options, float(dropout), extra)
+        return cls(lstm, cnn, float(dropout), extra)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``options.json`` content, in bilm-tf's nesting."""
@@ -348,7 +344,7 @@ class BiLM(nn.Module):
         Returns the outputs of every LSTM layer of each direction, n_layers x (batch, time, proj)
         in reading order (``[-1]`` feeds the softmax; bilm-tf also applies dropout to it there),
         and the final states, detached so the next window does not backpropagate into this one.
-        The token vectors are ``token_encoder(char_ids)``.
+        (The token vectors themselves are ``token_encoder(char_ids)``.)
         """
         batch = forward_char_ids.shape[0]
         both = torch.cat([forward_char_ids, backward_char_ids])  # (2 * batch, time, chars)
@@ -378,18 +374,20 @@ class BiLM(nn.Module):
 
     def _store_state(self, final: BiLMState, order: Tensor) -> None:
         """Store a sorted batch's final states under rows ``order``; other rows keep theirs."""
-        directions = []
-        for d, new in enumerate(final):
-            merged = []
-            for s, new_s in zip(LstmState._fields, new, strict=True):
-                if self._states is None:
-                    stored = new_s.new_zeros(new_s.shape[0], len(order), new_s.shape[2])
-                else:
-                    stored = _with_rows(getattr(self._states[d], s), len(order)).clone()
-                stored[:, order] = new_s.detach()
-                merged.append(stored)
-            directions.append(LstmState(*merged))
-        self._states = BiLMState(*directions)
+        if self._states is None:
+            self._states = BiLMState(*(LstmState(*map(torch.zeros_like, d)) for d in final))
+
+        def merge(stored: Tensor, new: Tensor) -> Tensor:  # (layers, rows, dim)
+            merged = _with_rows(stored, len(order)).clone()
+            merged[:, order] = new.detach()
+            return merged
+
+        self._states = BiLMState(
+            *(
+                LstmState(*map(merge, old, new))
+                for old, new in zip(self._states, final, strict=True)
+            )
+        )
 
 
 def _with_rows(stored: Tensor, rows: int) -> Tensor:

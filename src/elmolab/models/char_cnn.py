@@ -10,9 +10,10 @@ For a token with character ids ``c_1 .. c_L`` (``L`` = max_characters_per_token)
     token = x W_proj + b_proj                                 (projection_dim)
 
 ``act`` is relu (tanh if the options say so), applied after the max as bilm-tf does. The ids are
-the inference ids of ``elmolab.text.chars`` (shifted by +1): id 0 pads the time axis and its
-embedding row is zero. Parameters keep bilm-tf's layout, ``(in, out)`` matrices and kernels
-``(width, char_dim, n_filters)``, so reading and writing ``lm_weights.hdf5`` is a copy.
+the inference ids of ``elmolab.text.chars`` (shifted by +1): id 0 pads the time axis; its
+embedding row is zero and gets no gradient. Parameters keep bilm-tf's layout, ``(in, out)``
+matrices and kernels ``(width, char_dim, n_filters)``, so reading and writing
+``lm_weights.hdf5`` is a copy.
 
 The fast path gives the per-filter convolution's outputs up to float rounding:
 
@@ -170,8 +171,8 @@ class CharCNN(nn.Module):
             # for an empty row), so that they repeat an all-padding window of the frame.
             chunk = torch.cat([chunk, chunk[:, -1:].expand(-1, self.max_width - 1)], dim=1)
             windows = chunk.unfold(1, self.max_width, 1)  # (chunk, frame, max_width)
-            x = F.embedding(windows, self.char_embed, padding_idx=0)  # (.., max_width, char_dim)
-            conv = x.flatten(2) @ kernel  # (chunk, frame, n_filters)
+            x = F.embedding(windows, self.char_embed, padding_idx=0).flatten(2)
+            conv = x @ kernel  # (chunk, frame, max_width * char_dim) -> (chunk, frame, n_filters)
             if frame == chars:  # a token may fill the frame: no all-padding window to repeat
                 past_end = positions[:, None] + self.filter_widths[None, :] > chars + 1
                 conv = conv.masked_fill(past_end, -math.inf)  # (chunk, frame, n_filters)

@@ -106,14 +106,14 @@ class LstmWithProjection(nn.Module):
                 gates = torch.addmm(xw[t, :running], h, W_h)  # (running, 4 * cell)
             else:  # inference: accumulate into the rows of xw, no copy
                 gates = xw[t, :running].addmm_(h, W_h)  # (running, 4 * cell)
-            i, _, f, o = torch.sigmoid(gates).chunk(4, dim=1)  # (running, cell) each
             j = torch.tanh(gates[:, C : 2 * C])  # (running, cell)
-            c = torch.addcmul(f * c, i, j)  # (running, cell)
+            i, _, f, o = gates.sigmoid_().chunk(4, dim=1)  # (running, cell) each
+            c = (f * c).addcmul_(i, j)  # (running, cell)
             if self.cell_clip is not None:
-                c = c.clamp(-self.cell_clip, self.cell_clip)
+                c.clamp_(-self.cell_clip, self.cell_clip)
             h = (o * torch.tanh(c)) @ self.W_P  # (running, proj)
             if self.proj_clip is not None:
-                h = h.clamp(-self.proj_clip, self.proj_clip)
+                h.clamp_(-self.proj_clip, self.proj_clip)
             outputs[t, :running] = h
         final_h = torch.cat([h, *reversed(ended_h)])  # (batch, proj)
         final_c = torch.cat([c, *reversed(ended_c)])  # (batch, cell)
