@@ -10,6 +10,9 @@ FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export DVC_NO_ANALYTICS := 1
 export WANDB_SILENT := true
+# Idle OpenMP threads sleep instead of spinning: when another job holds a core, spinning threads
+# made small ops about 10x slower here (bench/embed.py).
+export OMP_WAIT_POLICY ?= PASSIVE
 # glibc returns freed memory to the OS eagerly by default; page faults then eat ~20% of
 # training time (DESIGN.md section 9). These keep large buffers mapped between steps.
 export MALLOC_MMAP_THRESHOLD_ := 1073741824
