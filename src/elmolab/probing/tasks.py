@@ -1,0 +1,336 @@
+"""The probing tasks and the datasets they read (DESIGN.md section 7).
+
+A **dataset** (config ``extract.datasets.<name>``, :class:`DatasetConfig`) is a reader format and
+one source file per split; ``carve_dev`` carves a dev split from train, deterministically, where the
+dataset has none (CoNLL-2000). The extract stage and the probe stage read splits through one
+:class:`DataCatalog` (the datasets and ``extract.max_sentences``), so both see the same sentences
+in the same order.
+
+A **task** (config ``task``, :class:`TaskConfig`) names the ``<dataset>/<split>`` it trains on,
+selects on (dev) and tests on, and its kind:
+
+- ``token``: one label per token, the sentence records' field ``field`` (UPOS, XPOS, chunks, NER);
+- ``pair``: the label of each word's arc to its gold head (``deprels``), from
+  ``[h_dep; h_head; h_dep * h_head]``;
+- ``wsd``: 1-nearest-neighbour over SemCor sense centroids, first-sense back-off, F1.
+
+With ``control_seed`` set, a token task becomes its control task (Hewitt and Liang 2019): each word
+type's label is a random tag, fixed per type and drawn from the training tag distribution.
+
+**Feature units.** Token datasets get one feature vector per token, tokens exactly as the reader
+gives them. WSD datasets get one vector per sense-tagged instance, and only sentences with at least
+one instance are kept. Multiword tokens are written with a space in Raganato's sets (``belong to``)
+and joined by ``_`` in SemCor (``New_York``); on both sides the biLM reads them as separate words
+(split on spaces and underscores), as it read running text in pretraining, and the instance's
+vector is the mean of its words' vectors. :meth:`SplitSource.units` names the units of each
+sentence (tokens, or instance ids), which the extract stage writes beside the features and the
+probe stage checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import TypeVar
+
+from elmolab.errors import ElmolabError
+from elmolab.probing.metrics import ControlTask, LabelVocabulary, TaskMetric
+from elmolab.text.conll import (
+    TaggedSentence,
+    carve_dev,
+    read_conll2000,
+    read_conllu,
+    read_lines,
+    read_wnut17,
+)
+from elmolab.text.wsd import WordNetSenseIndex, WsdSentence, read_raganato, read_semcor
+
+RAGANATO_DATA_SUFFIX = ".data.xml"
+RAGANATO_GOLD_SUFFIX = ".gold.key.txt"
+MULTIWORD_SEPARATOR = re.compile(r"[ _]+")
+E = TypeVar("E", bound=StrEnum)
+
+
+class DatasetFormat(StrEnum):
+    """How a dataset's files are read (readers in ``elmolab.text``)."""
+
+    CONLLU = "conllu"  # UD: tokens, upos, xpos, heads, deprels
+    CONLL2000 = "conll2000"  # tokens, pos, chunks
+    WNUT17 = "wnut17"  # tokens, tags
+    SEMCOR = "semcor"  # SemCor 3.0 TSV: sense-tagged sentences (WSD training side)
+    RAGANATO = "raganato"  # NAME.data.xml beside NAME.gold.key.txt (WSD evaluation)
+
+    @property
+    def is_wsd(self) -> bool:
+        return self in (DatasetFormat.SEMCOR, DatasetFormat.RAGANATO)
+
+
+class TaskKind(StrEnum):
+    TOKEN = "token"  # one label per token
+    PAIR = "pair"  # one label per (word, gold head) arc
+    WSD = "wsd"  # 1-NN word sense disambiguation
+
+
+@dataclass
+class CarveDevConfig:
+    """A dev split carved from train (``elmolab.text.conll.carve_dev``)."""
+
+    fraction: float  # share of the training sentences moved to dev
+    seed: int  # fixed here, not the global seed: sweeping seeds must not move sentences
+
+
+@dataclass
+class DatasetConfig:
+    """Schema of ``extract.datasets.<name>``."""
+
+    format: str  # a DatasetFormat
+    splits: dict[str, str]  # split name -> source file
+    carve_dev: CarveDevConfig | None = None  # carve "dev" out of "train" (then "train" shrinks)
+
+
+@dataclass
+class TaskConfig:
+    """Schema of the ``task`` section (``conf/task/<name>.yaml``)."""
+
+    name: str  # the results folder: artifacts/probes/<name>/...
+    kind: str  # a TaskKind
+    train: str  # "<dataset>/<split>", the dataset a key of extract.datasets
+    dev: str  # model selection (and nothing else)
+    test: str  # scored once, with the state chosen on dev
+    field: str | None  # token and pair tasks: the label field of the sentence records
+    metric: str  # a TaskMetric, or "f1" for wsd
+    unseen: str  # a dev/test label absent from train: "raise" or "keep" (never right)
+    control_seed: int | None  # set: the control task of this task, mapping fixed by the seed
+    wordnet: str | None  # wsd: WordNet's index.sense (candidate senses, first sense)
+
+    def check(self) -> None:
+        """Reject inconsistent settings, naming the key."""
+        kind = _parse(TaskKind, self.kind, "task.kind")
+        if kind is TaskKind.WSD:
+            if self.metric != "f1":
+                raise ElmolabError(f"task.metric: wsd is scored by f1, not {self.metric!r}")
+            if self.wordnet is None:
+                raise ElmolabError("task.wordnet: wsd needs WordNet's index.sense")
+            if self.control_seed is not None:
+                raise ElmolabError("task.control_seed: wsd has no control task")
+        else:
+            _parse(TaskMetric, self.metric, "task.metric")
+            if self.field is None:
+                raise ElmolabError(f"task.field: a {kind.value} task needs the label field")
+            if kind is TaskKind.PAIR and self.control_seed is not None:
+                raise ElmolabError("task.control_seed: control tasks are token tasks")
+        if self.unseen not in ("raise", "keep"):
+            raise ElmolabError(f"task.unseen must be 'raise' or 'keep', got {self.unseen!r}")
+
+    def split_refs(self) -> dict[str, tuple[str, str]]:
+        """Role (train, dev, test) -> (dataset, split)."""
+        refs = {}
+        for role, ref in (("train", self.train), ("dev", self.dev), ("test", self.test)):
+            dataset, slash, split = ref.partition("/")
+            if not slash or not dataset or not split or "/" in split:
+                raise ElmolabError(f"task.{role}: expected '<dataset>/<split>', got {ref!r}")
+            refs[role] = (dataset, split)
+        return refs
+
+
+def _parse(enum: type[E], value: str, key: str) -> E:
+    try:
+        return enum(value)
+    except ValueError:
+        valid = ", ".join(member.value for member in enum)
+        raise ElmolabError(f"{key}: {value!r} is not one of {valid}") from None
+
+
+@dataclass(frozen=True)
+class SplitSource:
+    """One split of a dataset as its reader gives it.
+
+    ``token_lines[i][j]`` is the 1-based line of token ``j`` of sentence ``i`` in ``path`` (token
+    datasets; None for WSD, whose readers name lines themselves). WSD splits keep only the
+    sentences with at least one sense-tagged instance.
+    """
+
+    dataset: str
+    split: str
+    format: DatasetFormat
+    path: Path  # the source file (train's for a carved dev)
+    sentences: list[TaggedSentence]
+    token_lines: list[list[int]] | None
+
+    def units(self) -> list[list[str]]:
+        """What each feature vector stands for, per sentence: tokens, or WSD instance ids."""
+        if self.format.is_wsd:
+            return [[i.instance_id for i in s.instances] for s in self.wsd_sentences()]
+        return [list(sentence.tokens) for sentence in self.sentences]
+
+    def wsd_sentences(self) -> list[WsdSentence]:
+        assert self.format.is_wsd, f"{self.dataset} is not a WSD dataset"
+        return self.sentences  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class DataCatalog:
+    """The probing datasets (``extract.datasets``) and how much of each split is used."""
+
+    datasets: Mapping[str, DatasetConfig]
+    max_sentences: int | None = None  # the first this-many sentences of each split (None: all)
+
+    def read(
+        self, dataset: str, split: str, wordnet: WordNetSenseIndex | None = None
+    ) -> SplitSource:
+        """Split ``split`` of ``dataset`` (see :func:`read_split`), cut to ``max_sentences``."""
+        source = read_split(dataset, self.datasets[dataset], split, wordnet)
+        if self.max_sentences is None or len(source.sentences) <= self.max_sentences:
+            return source
+        n = self.max_sentences
+        lines = None if source.token_lines is None else source.token_lines[:n]
+        return dataclasses.replace(source, sentences=source.sentences[:n], token_lines=lines)
+
+    def sources(self) -> list[SplitSource]:
+        """Every split of every dataset."""
+        return [
+            self.read(name, split)
+            for name, config in self.datasets.items()
+            for split in dataset_splits(config)
+        ]
+
+
+def dataset_splits(config: DatasetConfig) -> list[str]:
+    """The dataset's split names, ``dev`` included when it is carved from train."""
+    names = list(config.splits)
+    if config.carve_dev is not None and "dev" not in names:
+        names.append("dev")
+    return names
+
+
+def read_split(
+    name: str,
+    config: DatasetConfig,
+    split: str,
+    wordnet: WordNetSenseIndex | None = None,
+) -> SplitSource:
+    """Read split ``split`` of dataset ``name``; ``wordnet`` checks WSD sense keys against it."""
+    fmt = _parse(DatasetFormat, config.format, f"extract.datasets.{name}.format")
+    carve = config.carve_dev if split in ("train", "dev") else None
+    if carve is not None and "dev" in config.splits:
+        raise ElmolabError(f"extract.datasets.{name}: carve_dev is set but a dev split is given")
+    source = "train" if carve is not None else split
+    if source not in config.splits:
+        raise ElmolabError(
+            f"dataset {name!r} has no split {split!r} (splits: {', '.join(dataset_splits(config))})"
+        )
+    path = Path(config.splits[source])
+    if fmt.is_wsd:
+        sentences: list[TaggedSentence] = [s for s in _read_wsd(fmt, path, wordnet) if s.instances]
+        return SplitSource(name, split, fmt, path, sentences, None)
+    sentences = _read_tagged(fmt, path)
+    lines = _token_lines(fmt, path, sentences)
+    if carve is not None:
+        train, dev = carve_dev(sentences, carve.fraction, carve.seed)
+        line_of = {id(s): s_lines for s, s_lines in zip(sentences, lines, strict=True)}
+        sentences = train if split == "train" else dev
+        lines = [line_of[id(s)] for s in sentences]
+    return SplitSource(name, split, fmt, path, sentences, lines)
+
+
+def _read_tagged(fmt: DatasetFormat, path: Path) -> list[TaggedSentence]:
+    readers = {
+        DatasetFormat.CONLLU: read_conllu,
+        DatasetFormat.CONLL2000: read_conll2000,
+        DatasetFormat.WNUT17: read_wnut17,
+    }
+    return list(readers[fmt](path))
+
+
+def _read_wsd(
+    fmt: DatasetFormat, path: Path, wordnet: WordNetSenseIndex | None
+) -> list[WsdSentence]:
+    if fmt is DatasetFormat.SEMCOR:
+        return read_semcor(path, wordnet)
+    if not path.name.endswith(RAGANATO_DATA_SUFFIX):
+        raise ElmolabError(f"a Raganato split is a NAME{RAGANATO_DATA_SUFFIX} file", path)
+    gold = path.with_name(path.name.removesuffix(RAGANATO_DATA_SUFFIX) + RAGANATO_GOLD_SUFFIX)
+    return read_raganato(path, gold, wordnet)
+
+
+def _token_lines(
+    fmt: DatasetFormat, path: Path, sentences: Sequence[TaggedSentence]
+) -> list[list[int]]:
+    """The line of every token: the token lines of each blank-line-separated block, without
+    CoNLL-U comments, multiword-token ranges and empty nodes (the words the reader keeps)."""
+    blocks: list[list[int]] = []
+    block: list[int] = []
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line or line.isspace():
+            if block:
+                blocks.append(block)
+            block = []
+            continue
+        if fmt is DatasetFormat.CONLLU:
+            word_id = line.partition("\t")[0]
+            if line.startswith("#") or "-" in word_id or "." in word_id:
+                continue
+        block.append(number)
+    if block:
+        blocks.append(block)
+    counts = [len(b) for b in blocks], [len(s) for s in sentences]
+    assert counts[0] == counts[1], f"{path}: token lines do not match the reader's sentences"
+    return blocks
+
+
+def multiword_parts(token: str) -> list[str]:
+    """The words the biLM reads for a WSD token: split on spaces and underscores."""
+    return [part for part in MULTIWORD_SEPARATOR.split(token) if part] or [token]
+
+
+@dataclass(frozen=True)
+class TaskLabels:
+    """A token or pair task's labels for its three splits (roles train, dev, test)."""
+
+    vocabulary: LabelVocabulary
+    labels: dict[str, list[list[int]]]  # role -> label ids, per sentence
+    heads: dict[str, list[list[int]]] | None  # pair task: role -> 1-based heads (0: root)
+
+
+def task_labels(task: TaskConfig, sources: dict[str, SplitSource]) -> TaskLabels:
+    """Label ids of every split; the vocabulary is train's (see ``LabelVocabulary``).
+
+    A dev or test label never seen in train is an ElmolabError naming the file and line unless
+    ``task.unseen`` is ``keep``. A control task draws each word type's tag from the training tags.
+    """
+    assert task.field is not None, "task.check() rejects token and pair tasks without a field"
+    tags = {role: _field_values(source, task.field) for role, source in sources.items()}
+    if task.control_seed is not None:
+        control = ControlTask.from_sentences(tags["train"], task.control_seed)
+        tags = {
+            role: control.relabel(sentence.tokens for sentence in source.sentences)
+            for role, source in sources.items()
+        }
+        vocabulary = LabelVocabulary(control.tags)
+    else:
+        vocabulary = LabelVocabulary.from_sentences(tags["train"], unseen=task.unseen)  # type: ignore[arg-type]
+    labels = {
+        role: vocabulary.encode(tags[role], path=source.path, lines=source.token_lines)
+        for role, source in sources.items()
+    }
+    heads = None
+    if TaskKind(task.kind) is TaskKind.PAIR:
+        heads = {role: _field_values(source, "heads") for role, source in sources.items()}
+    return TaskLabels(vocabulary, labels, heads)
+
+
+def _field_values(source: SplitSource, name: str) -> list[list]:
+    if not source.sentences:
+        return []
+    record = type(source.sentences[0])
+    names = [f.name for f in dataclasses.fields(record) if f.name != "tokens"]
+    if name not in names:
+        raise ElmolabError(
+            f"task.field: {source.format.value} sentences ({source.dataset}) have no field"
+            f" {name!r}; fields: {', '.join(names)}"
+        )
+    return [list(getattr(sentence, name)) for sentence in source.sentences]

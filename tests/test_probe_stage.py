@@ -1,0 +1,205 @@
+"""Probe stage on features extracted from slices of the real data by tiny biLMs: the files the
+report reads, the DVC cell command, a Hydra multirun, and bad input that writes nothing."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import DictConfig, OmegaConf
+from test_extract import make_workspace
+
+from elmolab.config import load_params, section
+from elmolab.errors import ElmolabError
+from elmolab.extract import ExtractConfig
+from elmolab.probing.runner import FeaturesConfig, ProbeSettings, run_cell
+from elmolab.probing.tasks import TaskConfig
+from elmolab.report.collect import read_probe_runs
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+FAST = ["probe.max_epochs=3", "grid.seeds=[1,2]"]
+RUN_KEYS = {
+    "task",
+    "features",
+    "encoder",
+    "seed",
+    "metric",
+    "dev",
+    "test",
+    "best_epoch",
+    "epochs",
+    "mix_weights",
+    "gamma",
+    "wall_seconds",
+    "n_train_tokens",
+    "n_test_tokens",
+    "per_sentence_test",
+}
+
+
+@pytest.fixture(scope="module")
+def params(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A params.yaml (as DVC composes it) pointing at mini data and its extracted features."""
+    root = tmp_path_factory.mktemp("probe")
+    cfg = make_workspace(data_dir, root, *FAST)
+    path = root / "params.yaml"
+    OmegaConf.save(cfg, path)
+    return path
+
+
+def _cell(params: Path, task: str, features: str, unseen: str = "keep") -> tuple[DictConfig, dict]:
+    """The config of a DVC matrix cell, and the arguments of ``run_cell`` for it.
+
+    The slices of the data are small: some dev and test labels are not in train, so by default
+    they are kept (``task.unseen``) rather than an error.
+    """
+    overrides = [f"task={task}", f"features={features}"]
+    if task != "wsd":
+        overrides.append(f"task.unseen={unseen}")
+    cfg = load_params(params, overrides, CONF)
+    probes = Path(cfg.paths.artifacts) / "probes"
+    return cfg, {
+        "task": section(cfg, "task", TaskConfig),
+        "mode": section(cfg, "features", FeaturesConfig).mode,
+        "data": section(cfg, "extract", ExtractConfig).catalog(),
+        "settings": section(cfg, "probe", ProbeSettings),
+        "seeds": list(cfg.grid.seeds),
+        "cell_dir": probes / task / features,
+    }
+
+
+def test_each_kind_of_task_writes_the_runs_the_report_reads(params: Path) -> None:
+    cells = [
+        ("upos", "scalar_mix"),
+        ("deplabel", "layer1"),
+        ("upos_control", "concat"),
+        ("wsd", "layer2"),
+        ("wsd", "scalar_mix"),
+    ]
+    for task, features in cells:
+        _, arguments = _cell(params, task, features)
+        run_cell(**arguments)
+    probes = Path(load_params(params, [], CONF).paths.artifacts) / "probes"
+    runs = read_probe_runs(probes)
+    assert len(runs) == 3 * 2 * 2 + 2 + 2  # seeded cells x encoders x seeds; wsd: 2 + 2 n/a
+
+    upos = json.loads((probes / "upos/scalar_mix/random/seed2/metrics.json").read_text())
+    assert upos.keys() >= RUN_KEYS
+    assert (upos["task"], upos["features"], upos["encoder"], upos["seed"]) == (
+        "upos",
+        "scalar_mix",
+        "random",
+        2,
+    )
+    assert upos["metric"] == "accuracy" and 0 < upos["test"] <= 1
+    assert len(upos["mix_weights"]) == 3 and sum(upos["mix_weights"]) == pytest.approx(1)
+    assert sum(upos["per_sentence_test"]["total"]) == upos["n_test_tokens"]
+    predictions = (probes / "upos/scalar_mix/random/seed2/test_predictions.txt").read_text()
+    assert len(predictions.splitlines()) == len(upos["per_sentence_test"]["total"])
+
+    deplabel = json.loads((probes / "deplabel/layer1/trained/seed1/metrics.json").read_text())
+    assert deplabel["mix_weights"] == [0.0, 1.0, 0.0] and deplabel["n_train_tokens"] > 1000
+    control = json.loads((probes / "upos_control/concat/trained/seed1/metrics.json").read_text())
+    assert control["mix_weights"] is None and control["metric"] == "accuracy"
+
+    wsd = json.loads((probes / "wsd/layer2/trained/metrics.json").read_text())
+    assert (wsd["seed"], wsd["metric"]) == (None, "f1") and 0 < wsd["test"] <= 1
+    assert wsd["n_test_instances"] == len(
+        (probes / "wsd/layer2/trained/test_predictions.txt").read_text().splitlines()
+    )
+    not_applicable = json.loads((probes / "wsd/scalar_mix/random/metrics.json").read_text())
+    assert not_applicable["applicable"] is False and not_applicable["seed"] is None
+
+
+def test_the_dvc_cell_command_runs_every_seed_of_the_grid(params: Path) -> None:
+    command = [sys.executable, "pipelines/probe.py", "--params", str(params)]
+    proc = subprocess.run(
+        [*command, "task=chunk", "features=mean"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    cell = Path(load_params(params, [], CONF).paths.artifacts) / "probes" / "chunk" / "mean"
+    found = sorted(str(p.relative_to(cell)) for p in cell.glob("*/*/metrics.json"))
+    assert found == [f"{e}/seed{k}/metrics.json" for e in ("random", "trained") for k in (1, 2)]
+    metrics = json.loads((cell / "trained" / "seed1" / "metrics.json").read_text())
+    assert metrics["metric"] == "span_f1" and metrics["per_sentence_test"] is None
+
+
+def test_a_hydra_multirun_writes_one_result_per_job(params: Path, tmp_path: Path) -> None:
+    cfg = load_params(params, [], CONF)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "pipelines/probe.py",
+            "-m",
+            "task=ner",
+            "task.unseen=keep",
+            "features=layer0,layer2",
+            "seed=3",
+            f"paths.data={cfg.paths.data}",
+            f"paths.artifacts={cfg.paths.artifacts}",
+            "probe.max_epochs=2",
+            f"hydra.sweep.dir={tmp_path}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    found = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("*/probes/**/metrics.json"))
+    assert found == [
+        f"{job}/probes/ner/{features}/{encoder}/seed3/metrics.json"
+        for job, features in ((0, "layer0"), (1, "layer2"))
+        for encoder in ("random", "trained")
+    ]
+
+
+def test_a_dev_label_never_seen_in_train_names_the_file_and_line(
+    params: Path, tmp_path: Path
+) -> None:
+    _, arguments = _cell(params, "upos", "layer1", unseen="raise")
+    dev = Path(arguments["data"].datasets["ud_english_ewt"].splits["dev"])
+    lines = dev.read_text(encoding="utf-8").splitlines(keepends=True)
+    number = next(i for i, line in enumerate(lines, 1) if line[:1].isdigit() and "\tNOUN\t" in line)
+    lines[number - 1] = lines[number - 1].replace("\tNOUN\t", "\tNOVEL\t")
+    relabelled = tmp_path / "dev.conllu"
+    relabelled.write_text("".join(lines), encoding="utf-8")
+    arguments["data"].datasets["ud_english_ewt"].splits["dev"] = str(relabelled)
+    arguments["cell_dir"] = tmp_path / "cell"
+    with pytest.raises(ElmolabError, match=rf"{relabelled}:{number}: label 'NOVEL' never occurs"):
+        run_cell(**arguments)
+    assert not arguments["cell_dir"].exists()
+
+
+def test_a_sense_key_missing_from_wordnet_names_the_file_and_line(
+    params: Path, tmp_path: Path
+) -> None:
+    _, arguments = _cell(params, "wsd", "layer1")
+    wordnet = Path(arguments["task"].wordnet)
+    semcor = arguments["data"].datasets["semcor30"].splits["train"]
+    index = wordnet.read_text(encoding="utf-8").splitlines(keepends=True)
+    smaller = tmp_path / "index.sense"
+    smaller.write_text("".join(line for line in index if not line.startswith("say%2:32:00::")))
+    arguments["task"].wordnet = str(smaller)
+    arguments["cell_dir"] = tmp_path / "cell"
+    with pytest.raises(ElmolabError, match=rf"{semcor}:\d+: sense key 'say%2:32:00::' is not in"):
+        run_cell(**arguments)
+    assert not arguments["cell_dir"].exists()
+
+
+def test_features_of_other_data_fail_the_cell_and_write_nothing(
+    params: Path, tmp_path: Path
+) -> None:
+    _, arguments = _cell(params, "xpos", "layer0")
+    features = tmp_path / "features"
+    shutil.copytree(arguments["settings"].features_dir, features)
+    sidecar = features / "random" / "ud_english_ewt" / "dev.tokens.txt"
+    lines = sidecar.read_text(encoding="utf-8").splitlines()
+    sidecar.write_text("\n".join([*lines[:4], lines[4] + " extra", *lines[5:]]) + "\n")
+    arguments["settings"].features_dir = str(features)
+    arguments["cell_dir"] = tmp_path / "cell"
+    with pytest.raises(ElmolabError, match=rf"{sidecar}:5: \d+ tokens, but sentence 5 of"):
+        run_cell(**arguments)  # the trained encoder's runs were done: they are not kept either
+    assert not arguments["cell_dir"].exists()
