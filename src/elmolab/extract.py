@@ -46,8 +46,8 @@ from elmolab.probing.tasks import DataCatalog, DatasetConfig, SplitSource, multi
 
 log = logging.getLogger("elmolab.extract")
 
-CHECKPOINT = "model.pt"  # the pretraining stage's checkpoint
-OPTIONS, WEIGHTS = "options.json", "weights.hdf5"  # bilm-tf files, used when no checkpoint
+OPTIONS, WEIGHTS = "options.json", "weights.hdf5"  # bilm-tf's files: what dvc.yaml tracks
+CHECKPOINT = "model.pt"  # the pretraining stage's checkpoint, used when there are no bilm-tf files
 SUMMARY = "extract.json"
 
 
@@ -80,13 +80,14 @@ def units_path(features: Path, wsd: bool) -> Path:
 
 
 def load_encoder(folder: Path) -> BiLM:
-    """The biLM in ``folder``: ``model.pt``, else bilm-tf's ``options.json`` + ``weights.hdf5``."""
-    if (folder / CHECKPOINT).is_file():
-        return load_bilm_from_checkpoint(folder / CHECKPOINT)
+    """The biLM in ``folder``: bilm-tf's ``options.json`` + ``weights.hdf5`` (any bilm-tf model,
+    e.g. a published ELMo, can be an encoder), else an elmolab ``model.pt``."""
     if (folder / OPTIONS).is_file():
         return load_bilm(folder / OPTIONS, folder / WEIGHTS)
+    if (folder / CHECKPOINT).is_file():
+        return load_bilm_from_checkpoint(folder / CHECKPOINT)
     raise ElmolabError(
-        f"no biLM: expected {CHECKPOINT}, or {OPTIONS} and {WEIGHTS} (run the pretrain stage)",
+        f"no biLM: expected {OPTIONS} and {WEIGHTS}, or {CHECKPOINT} (run the pretrain stage)",
         folder,
     )
 

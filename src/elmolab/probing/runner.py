@@ -101,6 +101,7 @@ class ProbeSettings:
     l2_lambda: float  # L2 penalty on the learned scalar-mix logits
     num_threads: int  # torch intra-op threads
     save_predictions: bool  # write test_predictions.txt beside metrics.json
+    unseen: str | None  # raise | keep for every task (presets that cut the data); None: the task's
 
     def probe_config(self) -> ProbeConfig:
         """The training hyperparameters, checked."""
@@ -145,6 +146,8 @@ def run_cell(
     ``data`` must be the catalogue the features were extracted from. Returns the metrics of
     every run, as written.
     """
+    if settings.unseen is not None:
+        task = dataclasses.replace(task, unseen=settings.unseen)
     task.check()
     mode = FeatureMode.parse(mode).value
     config = settings.probe_config()
