@@ -15,7 +15,6 @@ misspelled key fails before any work starts, with the file and key named.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import sys
@@ -28,8 +27,6 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from elmolab.errors import ElmolabError
-
-log = logging.getLogger("elmolab")
 
 T = TypeVar("T")
 StageFn = Callable[[DictConfig, Path], Any]
@@ -143,8 +140,3 @@ def _fail(err: ElmolabError) -> None:
 def _configure_logging() -> None:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-
-
-def asdict(obj: Any) -> dict[str, Any]:
-    """A dataclass config as a plain dict (for metrics files and loggers)."""
-    return dataclasses.asdict(obj)

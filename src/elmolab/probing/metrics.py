@@ -21,8 +21,6 @@ from os import PathLike
 from typing import Literal
 
 import torch
-from seqeval.metrics import f1_score
-from torchmetrics.functional.classification import multiclass_accuracy
 
 from elmolab.errors import ElmolabError
 
@@ -128,6 +126,10 @@ class TaskMetric(StrEnum):
 
 def accuracy(predicted: torch.Tensor, gold: torch.Tensor, num_classes: int) -> float:
     """Micro-averaged accuracy of label ids ``predicted`` against ``gold``, both ``(tokens,)``."""
+    # Imported here: torchmetrics (and seqeval below) take seconds to import, and a probe cell
+    # needs only one of them.
+    from torchmetrics.functional.classification import multiclass_accuracy
+
     return float(multiclass_accuracy(predicted, gold, num_classes, average="micro"))
 
 
@@ -145,6 +147,8 @@ def span_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -
                 f"sentence {i}: {len(gold_tags)} gold tags but {len(predicted_tags)} predicted"
             )
     as_lists = [list(tags) for tags in gold], [list(tags) for tags in predicted]
+    from seqeval.metrics import f1_score
+
     return float(f1_score(*as_lists, zero_division=0))
 
 

@@ -14,7 +14,6 @@ the random number generators, so a resumed run continues exactly where it stoppe
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import hydra
@@ -215,11 +214,3 @@ def count_parameters(module: BiLMPretrainer) -> dict[str, int]:
         "softmax": count(module.softmax),
         "total": count(module),
     }
-
-
-def perplexity(nll: float) -> float:
-    """``exp(nll)``, or inf when it overflows."""
-    try:
-        return math.exp(nll)
-    except OverflowError:
-        return math.inf
