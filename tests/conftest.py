@@ -20,6 +20,20 @@ def data_dir() -> Path:
     return DATA
 
 
+@pytest.fixture(scope="module")
+def fixture_dir(data_dir: Path) -> Path:
+    """bilm-tf's tiny reference model and the outputs TensorFlow computed with it."""
+    return data_dir / "reference" / "elmo_fixture"
+
+
+@pytest.fixture(scope="module")
+def model(fixture_dir: Path):
+    """The reference model loaded from its bilm-tf files (one per test module)."""
+    from elmolab.io.bilm_tf import load_bilm
+
+    return load_bilm(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+
+
 def pytest_configure(config):
     # One intra-op thread: the tests' tensors are small, and OpenMP threads that spin-wait on a
     # shared 2-core machine slow small ops down by an order of magnitude.

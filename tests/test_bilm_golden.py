@@ -27,16 +27,6 @@ from elmolab.text.chars import char_ids_for_token
 ATOL = 1e-6  # the reference tolerance of the fixture (DATASETS.md)
 
 
-@pytest.fixture(scope="module")
-def fixture_dir(data_dir: Path) -> Path:
-    return data_dir / "reference" / "elmo_fixture"
-
-
-@pytest.fixture(scope="module")
-def model(fixture_dir: Path) -> BiLM:
-    return load_bilm(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
-
-
 def reference_batches(fixture_dir: Path) -> list[list[list[str]]]:
     """Batch i = [sentences[0][i], sentences[1][i], sentences[2][i]], as the outputs were made."""
     sentences = json.loads((fixture_dir / "sentences.json").read_text(encoding="utf-8"))

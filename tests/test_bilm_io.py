@@ -28,11 +28,6 @@ from elmolab.models.lstm import LstmWithProjection
 FIXTURES = ["elmo_fixture", "elmo_fixture_noskip"]
 
 
-@pytest.fixture(scope="module")
-def fixture_dir(data_dir: Path) -> Path:
-    return data_dir / "reference" / "elmo_fixture"
-
-
 def datasets(path: Path) -> dict[str, np.ndarray]:
     arrays: dict[str, np.ndarray] = {}
     with h5py.File(path, "r") as f:

@@ -17,19 +17,9 @@ import torch
 
 from elmolab.cli import main
 from elmolab.embed import embed_sentences, sentence_char_ids
-from elmolab.io.bilm_tf import load_bilm, save_bilm_checkpoint
+from elmolab.io.bilm_tf import save_bilm_checkpoint
 from elmolab.io.features import read_features
 from elmolab.models.bilm import BiLM
-
-
-@pytest.fixture(scope="module")
-def fixture_dir(data_dir: Path) -> Path:
-    return data_dir / "reference" / "elmo_fixture"
-
-
-@pytest.fixture(scope="module")
-def model(fixture_dir: Path) -> BiLM:
-    return load_bilm(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
 
 
 @pytest.fixture(scope="module")
