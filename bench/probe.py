@@ -16,8 +16,10 @@ Extrapolated: every other cell, encoder and seed from these (same task and cost 
 number of epochs before early stopping is the measured one, so the worst case with
 ``probe.max_epochs`` epochs is printed too). Times are CPU seconds of this process and its
 children: what an idle core would take (this machine is shared; the load average is printed).
-"Two cells at a time" halves the total: DVC runs two ``dvc repro <cell>`` side by side, and
-Hydra's joblib launcher two jobs.
+DVC runs the cells one after another; inside a cell ``probe.workers`` processes probe the
+encoders side by side. Last, one real cell (``upos``/``layer1``, two encoders) runs with one
+worker and with ``probe.workers``, by wall clock in this run, and the grid's total is divided by
+that measured speed-up.
 
 Features: ``--features`` (default ``artifacts/features``) with the encoder ``--encoder``; when
 absent, synthetic ones of the CPU default's shape (3 layers x 256 dims, float16) are written in the
@@ -246,11 +248,40 @@ def main() -> None:
         ).sum(axis=0)
         total += cells
         print(f"{task.name:<13}{len(grid.features):>6}{cells[0] / 60:>10.1f}{cells[1] / 60:>8.1f}")
+    speedup = measure_workers(params, features, args.encoder, settings.workers)
     print(
-        f"total: {total[0] / 60:.1f} min one cell after another (dvc repro), about"
-        f" {total[0] / 120:.1f} min two cells at a time on two idle cores; if no probe stopped"
-        f" before max_epochs ({settings.max_epochs}): {total[1] / 60:.1f} and {total[1] / 120:.1f}"
+        f"total: {total[0] / 60:.1f} cpu min one probe after another; with {settings.workers}"
+        f" workers a cell (x{speedup:.2f}): about {total[0] / 60 / speedup:.1f} min of wall clock"
+        f" for the grid under dvc repro; if no probe stopped before max_epochs"
+        f" ({settings.max_epochs}): {total[1] / 60:.1f} and {total[1] / 60 / speedup:.1f}"
     )
+
+
+def measure_workers(params: Path, features: Path, encoder: str, workers: int) -> float:
+    """Wall seconds of one real cell with one worker and with ``workers``; prints both and
+    returns the speed-up. The cell probes two encoders (the same features under two names)."""
+    cfg = load_params(params, ["task=upos", "features=layer1"], CONF)
+    task, data = section(cfg, "task", TaskConfig), section(cfg, "extract", ExtractConfig).catalog()
+    seeds = section(cfg, "grid", GridConfig).seeds
+    with tempfile.TemporaryDirectory() as scratch_name:
+        scratch = Path(scratch_name)
+        (scratch / "features").mkdir()
+        for name in ("a", "b"):
+            (scratch / "features" / name).symlink_to((features / encoder).resolve())
+        wall = {}
+        for count in (1, workers):
+            settings = section(cfg, "probe", ProbeSettings)
+            settings.features_dir, settings.encoders = str(scratch / "features"), ["a", "b"]
+            settings.workers = count
+            started = time.perf_counter()
+            run_cell(task, "layer1", data, settings, seeds, scratch / f"cell{count}")
+            wall[count] = time.perf_counter() - started
+    speedup = wall[1] / wall[workers]
+    print(
+        f"\nupos/layer1, 2 encoders x {len(seeds)} seeds, wall clock: {wall[1]:.1f} s with 1"
+        f" worker, {wall[workers]:.1f} s with {workers}: x{speedup:.2f}"
+    )
+    return speedup
 
 
 if __name__ == "__main__":

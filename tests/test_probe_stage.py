@@ -199,3 +199,24 @@ def test_features_of_other_data_fail_the_cell_and_write_nothing(
     with pytest.raises(ElmolabError, match=rf"{sidecar}:5: \d+ tokens, but sentence 5 of"):
         run_cell(**arguments)  # the trained encoder's runs were done: they are not kept either
     assert not arguments["cell_dir"].exists()
+
+
+def test_encoders_in_worker_processes_give_the_same_results_as_in_one(
+    params: Path, tmp_path: Path
+) -> None:
+    outcomes = {}
+    for workers in (1, 2):
+        _, arguments = _cell(params, "chunk", "scalar_mix")
+        arguments["settings"].workers = workers
+        arguments["cell_dir"] = tmp_path / f"workers{workers}"
+        runs = run_cell(**arguments)
+        outcomes[workers] = [
+            {key: value for key, value in run.items() if key != "wall_seconds"} for run in runs
+        ]
+    assert [(r["encoder"], r["seed"]) for r in outcomes[2]] == [
+        ("trained", 1),
+        ("trained", 2),
+        ("random", 1),
+        ("random", 2),
+    ]
+    assert outcomes[1] == outcomes[2]

@@ -22,3 +22,7 @@ class ElmolabError(Exception):
             where = self.path if line is None else f"{self.path}:{line}"
             where += ": "
         super().__init__(where + problem)
+
+    def __reduce__(self) -> tuple:
+        # Rebuilt with its fields when it crosses a process boundary (probe workers).
+        return (type(self), (self.problem, self.path, self.line))

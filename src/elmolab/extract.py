@@ -62,6 +62,7 @@ class ExtractConfig:
     stateful: bool  # carry LSTM states between batches (bilm-tf), file order
     dtype: str  # storage type: float16 or float32
     num_threads: int  # torch intra-op threads
+    device: str  # cpu, cuda, cuda:<n>, or auto (cuda when available)
     max_sentences: int | None  # the first this-many sentences of each split (None: all)
 
     def catalog(self) -> DataCatalog:
@@ -107,12 +108,13 @@ def extract(config: ExtractConfig, out_dir: Path) -> dict[str, Any]:
             )
         encoders = {config.encoder: encoders[config.encoder]}
     torch.set_num_threads(config.num_threads)
+    device = _device(config.device)
     sources = config.catalog().sources()
     for source in sources:
         _check_units(source)
     summaries = {}
     for encoder, folder in encoders.items():
-        model = load_encoder(Path(folder))
+        model = load_encoder(Path(folder)).to(device)
         started = time.perf_counter()
         with atomic_dir(out_dir / encoder) as tmp:
             splits = {}
@@ -136,6 +138,18 @@ def extract(config: ExtractConfig, out_dir: Path) -> dict[str, Any]:
     return summaries
 
 
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as error:
+        raise ElmolabError(f"extract.device: {error}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ElmolabError(f"extract.device is {name!r} but no CUDA device is available")
+    return device
+
+
 def extract_split(
     model: BiLM,
     source: SplitSource,
@@ -153,7 +167,7 @@ def extract_split(
         words, spans = units, None
     with open_feature_writer(path, "all", dtype) as writer:
         for index, layers in embed_sentences(model, words, batch_size, stateful):
-            array = layers.float().numpy()  # (n_layers + 1, n_words, 2 * proj)
+            array = layers.float().cpu().numpy()  # (n_layers + 1, n_words, 2 * proj)
             if spans is not None:
                 array = np.stack([array[:, a:b].mean(axis=1) for a, b in spans[index]], axis=1)
             writer.write(index, " ".join(words[index]), array)

@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
+import multiprocessing as mp
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,7 +102,8 @@ class ProbeSettings:
     patience: int  # epochs without a better dev score before stopping
     layer_norm: bool  # normalize each layer before mixing
     l2_lambda: float  # L2 penalty on the learned scalar-mix logits
-    num_threads: int  # torch intra-op threads
+    num_threads: int  # torch intra-op threads (of the cell's process; workers use one each)
+    workers: int  # encoders probed side by side, one process each
     save_predictions: bool  # write test_predictions.txt beside metrics.json
     unseen: str | None  # raise | keep for every task (presets that cut the data); None: the task's
 
@@ -190,41 +194,101 @@ def _probe_cell(
 ) -> list[dict[str, Any]]:
     sources = task_sources(task, data)
     labels = task_labels(task, sources)
+    jobs = [
+        functools.partial(
+            _probe_encoder,
+            task,
+            mode,
+            encoder,
+            sources,
+            labels,
+            settings,
+            config,
+            seeds,
+            out,
+            start_run,
+        )
+        for encoder in settings.encoders
+    ]
+    return [metrics for results in _run_jobs(jobs, settings.workers) for metrics in results]
+
+
+def _probe_encoder(
+    task: TaskConfig,
+    mode: str,
+    encoder: str,
+    sources: dict[str, SplitSource],
+    labels: TaskLabels,
+    settings: ProbeSettings,
+    config: ProbeConfig,
+    seeds: Sequence[int],
+    out: Path,
+    start_run: RunStarter,
+) -> list[dict[str, Any]]:
+    """Every seed of one encoder: load its features once, train, write ``out/<encoder>/``."""
+    encoder_dir = Path(settings.features_dir) / encoder
+    splits = {role: feature_dataset(encoder_dir, sources[role], labels, role) for role in ROLES}
     results = []
-    for encoder in settings.encoders:
-        encoder_dir = Path(settings.features_dir) / encoder
-        splits = {role: feature_dataset(encoder_dir, sources[role], labels, role) for role in ROLES}
-        for seed in seeds:
-            fields = {"task": task.name, "features": mode, "encoder": encoder, "seed": seed}
-            with start_run(fields) as run:
-                result = train_probe(
-                    splits["train"],
-                    splits["dev"],
-                    splits["test"],
-                    labels.vocabulary,
-                    mode=mode,
-                    metric=task.metric,
-                    seed=seed,
-                    config=config,
-                )
-                metrics = _probe_metrics(fields, result, splits)
-                _track(run, metrics, result)
-            run_dir = out / encoder / f"seed{seed}"
-            write_json(run_dir / METRICS_FILE, metrics)
-            if settings.save_predictions:
-                _write_lines(run_dir / PREDICTIONS_FILE, map(" ".join, result.test_predictions))
-            log.info(
-                "%s/%s/%s/seed%d: dev %.4f, test %.4f (%s, best epoch %d of %d, %.1f s)",
-                *fields.values(),
-                result.dev,
-                result.test,
-                result.metric,
-                result.best_epoch,
-                result.epochs,
-                result.wall_seconds,
+    for seed in seeds:
+        fields = {"task": task.name, "features": mode, "encoder": encoder, "seed": seed}
+        with start_run(fields) as run:
+            result = train_probe(
+                splits["train"],
+                splits["dev"],
+                splits["test"],
+                labels.vocabulary,
+                mode=mode,
+                metric=task.metric,
+                seed=seed,
+                config=config,
             )
-            results.append(metrics)
+            metrics = _probe_metrics(fields, result, splits)
+            _track(run, metrics, result)
+        run_dir = out / encoder / f"seed{seed}"
+        write_json(run_dir / METRICS_FILE, metrics)
+        if settings.save_predictions:
+            _write_lines(run_dir / PREDICTIONS_FILE, map(" ".join, result.test_predictions))
+        log.info(
+            "%s/%s/%s/seed%d: dev %.4f, test %.4f (%s, best epoch %d of %d, %.1f s)",
+            *fields.values(),
+            result.dev,
+            result.test,
+            result.metric,
+            result.best_epoch,
+            result.epochs,
+            result.wall_seconds,
+        )
+        results.append(metrics)
     return results
+
+
+# The jobs of the running _run_jobs call: forked workers inherit them, so only an index and the
+# (small) results cross the process boundary, never the features or the task data.
+_JOBS: list[Callable[[], Any]] = []
+
+
+def _run_job(index: int) -> Any:
+    torch.set_num_threads(1)
+    return _JOBS[index]()
+
+
+def _run_jobs(jobs: list[Callable[[], Any]], workers: int) -> list[Any]:
+    """``[job() for job in jobs]``, with up to ``workers`` jobs at a time in forked processes.
+
+    Each worker uses one torch thread. Results come back in the order of ``jobs``; the first
+    failing job's exception is raised (an ElmolabError keeps its file and line).
+    """
+    if workers < 1:
+        raise ElmolabError(f"probe.workers must be at least 1, got {workers}")
+    if workers == 1 or len(jobs) < 2 or "fork" not in mp.get_all_start_methods():
+        return [job() for job in jobs]
+    _JOBS[:] = jobs
+    try:
+        context = mp.get_context("fork")
+        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
+            return list(pool.map(_run_job, range(len(jobs))))
+    finally:
+        _JOBS.clear()
 
 
 def feature_dataset(

@@ -224,6 +224,7 @@ def pretrain(
     )
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
     write_json(ckpt_dir / "run.json", {"run_id": run_id, "complete": True})
+    trainer.limit_val_batches = 1.0  # the reported perplexities: always the whole splits
     val = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
     test = trainer.test(module, datamodule=datamodule, verbose=False)[0]
     if trainer.global_rank != 0:
@@ -270,8 +271,6 @@ def random_control(
         accelerator="cpu" if trainer_cfg.accelerator == "cpu" else "auto",
         devices=1,
         precision=trainer_cfg.precision,
-        limit_val_batches=cfg.limit_val_batches,
-        limit_test_batches=cfg.limit_val_batches,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=trainer_cfg.enable_progress_bar,
