@@ -38,6 +38,7 @@ import torch
 
 from elmolab.embed import DEFAULT_BATCH_SIZE, embed_sentences
 from elmolab.errors import ElmolabError
+from elmolab.failpoints import failpoint
 from elmolab.fsutil import atomic_dir, atomic_path, write_json
 from elmolab.io.bilm_tf import load_bilm, load_bilm_from_checkpoint
 from elmolab.io.features import SENTENCE_TO_INDEX, STORAGE_DTYPES, open_feature_writer
@@ -125,6 +126,7 @@ def extract(config: ExtractConfig, out_dir: Path) -> dict[str, Any]:
                     model, source, path, config.batch_size, config.stateful, config.dtype
                 )
                 log.info("%s %s: %s", encoder, name, splits[name])
+                failpoint("split_extracted")
             summaries[encoder] = {
                 "model": str(folder),
                 "layers": model.options.lstm.n_layers + 1,

@@ -1,6 +1,7 @@
 """Atomic outputs: write to a temporary sibling, rename into place only when complete.
 
-A process killed at any moment leaves either the old output or the new one, never half of one.
+A process killed at any moment leaves either the old output or the new one, never half of one;
+the temporary it was writing is removed the next time the same output is written.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temporaries(target)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp = Path(tmp_name)
@@ -49,6 +52,7 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a fresh temporary directory beside ``path``; on success it replaces ``path`` whole."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temporaries(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     tmp.chmod(0o777 & ~_UMASK)  # mkdtemp makes 0700
     try:
@@ -64,6 +68,20 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _remove_stale_temporaries(target: Path) -> None:
+    """Remove what a killed writer of ``target`` left: ``.<name>.*.tmp`` and ``.<name>.old``.
+
+    One output has one writer at a time (a DVC stage, rank 0 of a DDP run, one probe worker per
+    encoder folder), so a temporary of the same name is always a dead writer's.
+    """
+    for stale in target.parent.glob(f".{glob_escape(target.name)}.*"):
+        if stale.name.endswith(".tmp") or stale.name == f".{target.name}.old":
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:

@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from torch import Tensor
 
 from elmolab.errors import ElmolabError
+from elmolab.failpoints import failpoint
 from elmolab.models.bilm import BiLM, BiLMOptions, BiLMState
 from elmolab.models.lstm import LstmState
 from elmolab.training.data import LMBatch
@@ -68,6 +69,7 @@ class BiLMPretrainer(pl.LightningModule):
     # -- training ---------------------------------------------------------------------------
 
     def training_step(self, batch: LMBatch, batch_idx: int) -> Tensor:
+        failpoint("train_step")
         states = self._states_for(batch["forward_char_ids"].shape[0])
         forward, backward, self.states = self.bilm.encode_lm(
             batch["forward_char_ids"], batch["backward_char_ids"], states
@@ -119,6 +121,7 @@ class BiLMPretrainer(pl.LightningModule):
         self._train_states, self._eval_states = self.states, None
 
     def validation_step(self, batch: LMBatch, batch_idx: int) -> None:
+        failpoint("validation_step")
         self._accumulate(batch)
 
     def test_step(self, batch: LMBatch, batch_idx: int) -> None:
