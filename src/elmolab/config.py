@@ -39,7 +39,13 @@ def load_params(path: str | os.PathLike[str], overrides: list[str], conf_dir: Pa
         raise ElmolabError("no such params file (run `dvc exp run` or `make params`)", path)
     try:
         cfg = OmegaConf.load(path)
-    except Exception as err:  # yaml errors carry their own line numbers
+    except yaml.MarkedYAMLError as err:  # its str() spans lines; the message must fit on one
+        mark = err.problem_mark or err.context_mark
+        problem = err.problem or err.context
+        line = None if mark is None else mark.line + 1
+        column = "" if mark is None else f" (column {mark.column + 1})"
+        raise ElmolabError(f"not valid YAML: {problem}{column}", path, line) from err
+    except Exception as err:
         raise ElmolabError(f"not valid YAML: {err}", path) from err
     if not isinstance(cfg, DictConfig):
         raise ElmolabError("expected a mapping at the top level", path)

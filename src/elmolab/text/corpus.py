@@ -25,6 +25,7 @@ import functools
 import io
 import re
 import zipfile
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from functools import cached_property
@@ -106,7 +107,7 @@ class _ZipSource(CorpusSource):
             with zf.open(member) as fh:
                 for number, raw in enumerate(io.BufferedReader(fh), start=1):
                     yield from self._parse_line(self._decode(raw, where), where, number)
-        except (zipfile.BadZipFile, EOFError, OSError) as err:
+        except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as err:
             raise ElmolabError(f"corrupt zip member ({err})", where) from err
 
     def _parse_line(self, line: str, where: str, number: int) -> Iterable[Sentence]:

@@ -35,8 +35,10 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from elmolab.errors import ElmolabError
+from elmolab.failpoints import failpoint
 from elmolab.fsutil import atomic_dir, atomic_path, write_json
 from elmolab.io.bilm_tf import export_bilm, save_bilm_checkpoint
 from elmolab.text.vocab import Vocabulary
@@ -107,6 +109,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     ) -> None:
         with atomic_path(path) as tmp:
             super().save_checkpoint(checkpoint, tmp, storage_options)
+            failpoint("checkpoint_written")  # the whole file is written but not yet renamed
 
 
 class _Throughput(Callback):
@@ -141,13 +144,19 @@ def fingerprint(*parts: Any) -> str:
 
 
 def _resume_path(ckpt_dir: Path, run_id: str) -> Path | None:
-    """``last.ckpt`` if ``ckpt_dir`` holds an unfinished run with ``run_id``; else clear it."""
+    """``last.ckpt`` if ``ckpt_dir`` holds an unfinished run with ``run_id``; else clear it.
+
+    Only global rank 0 clears: DDP starts the other ranks while rank 0 waits for them in
+    ``fit``, and they must find what rank 0 decided (a checkpoint to resume, or none yet).
+    """
     marker = ckpt_dir / "run.json"
     last = ckpt_dir / "last.ckpt"
     if marker.is_file() and last.is_file():
         info = json.loads(marker.read_text())
         if info.get("run_id") == run_id and not info.get("complete"):
             return last
+    if rank_zero_only.rank != 0:
+        return None
     if ckpt_dir.exists():
         shutil.rmtree(ckpt_dir)
     ckpt_dir.mkdir(parents=True)
@@ -174,6 +183,13 @@ def pretrain(
     stats = _corpus_stats(corpus_dir)
     train = stats["splits"]["train"]
     n_train_pairs = train["tokens"] + train["sentences"]  # every word and </S> is a target
+    datamodule = LMDataModule(
+        corpus_dir, cfg.batch_size, cfg.unroll_steps, seed=seed, n_train_tokens=n_train_pairs
+    )
+    # Index every split now (which checks each shard line): a bad line, even in a test shard,
+    # fails the stage before anything is written, not after training.
+    for stage in ("fit", "test"):
+        datamodule.setup(stage)
     run_id = fingerprint(
         asdict(model_cfg), asdict(cfg), asdict(trainer_cfg), seed, stats["splits"], len(vocab)
     )
@@ -182,9 +198,6 @@ def pretrain(
         log.info("resuming from %s", resume)
 
     pl.seed_everything(seed, workers=True, verbose=False)
-    datamodule = LMDataModule(
-        corpus_dir, cfg.batch_size, cfg.unroll_steps, seed=seed, n_train_tokens=n_train_pairs
-    )
     module = BiLMPretrainer(
         model_cfg.options(), len(vocab), asdict(cfg.softmax), dict(cfg.optimizer)
     )
@@ -222,8 +235,10 @@ def pretrain(
         default_root_dir=ckpt_dir,
         enable_model_summary=False,
     )
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
-    write_json(ckpt_dir / "run.json", {"run_id": run_id, "complete": True})
+    # weights_only: a checkpoint is tensors and plain values; nothing in it is unpickled as code.
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume, weights_only=True)
+    if trainer.is_global_zero:
+        write_json(ckpt_dir / "run.json", {"run_id": run_id, "complete": True})
     trainer.limit_val_batches = 1.0  # the reported perplexities: always the whole splits
     val = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
     test = trainer.test(module, datamodule=datamodule, verbose=False)[0]
