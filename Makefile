@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q --upgrade "pip>=24"
 	# torch is pinned (==2.13.0) in the same pip call as everything else: without the pin,
 	# lightning would pull a multi-GB CUDA build.
-	$(PY) -m pip install -q $(FIND_LINKS) -c constraints.txt -e ".[dev,reports]"
+	$(PY) -m pip install -q $(FIND_LINKS) -c constraints.txt -e ".[dev,reports,sweep,slurm]"
 	touch $(STAMP)
 
 install: $(STAMP) data $(VEGA_TEMPLATE) ## Create .venv with every dependency and pull the data

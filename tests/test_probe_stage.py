@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from test_extract import make_workspace
 
@@ -122,13 +123,18 @@ def test_the_dvc_cell_command_runs_every_seed_of_the_grid(params: Path) -> None:
     assert metrics["metric"] == "span_f1" and metrics["per_sentence_test"] is None
 
 
-def test_a_hydra_multirun_writes_one_result_per_job(params: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["basic", "local_pair"])
+def test_a_hydra_multirun_writes_one_result_per_job(
+    params: Path, tmp_path: Path, launcher: str
+) -> None:
     cfg = load_params(params, [], CONF)
     proc = subprocess.run(
         [
             sys.executable,
             "pipelines/probe.py",
             "-m",
+            f"hydra/launcher={launcher}",  # local_pair: joblib, two jobs at a time
+            "probe.workers=1",
             "task=ner",
             "probe.unseen=keep",
             "features=layer0,layer2",
@@ -220,3 +226,26 @@ def test_encoders_in_worker_processes_give_the_same_results_as_in_one(
         ("random", 2),
     ]
     assert outcomes[1] == outcomes[2]
+
+
+def test_the_slurm_launcher_submits_one_task_per_gpu_of_every_node() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "pipelines/pretrain.py",
+            "hydra/launcher=slurm_gpu",
+            "trainer=gpu_slurm",
+            "trainer.devices=4",
+            "trainer.num_nodes=3",
+            "--cfg=all",
+            "--resolve",
+            "--package=hydra.launcher",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    launcher = yaml.safe_load(proc.stdout)
+    assert launcher["_target_"].endswith("submitit_launcher.SlurmLauncher")
+    assert (launcher["nodes"], launcher["tasks_per_node"], launcher["gpus_per_node"]) == (3, 4, 4)
