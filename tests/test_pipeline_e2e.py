@@ -1,0 +1,234 @@
+"""The smoke pipeline end to end with real DVC, on fresh copies of this repository (slow).
+
+Two checkouts run ``dvc repro`` with ``experiment=smoke``:
+
+- ``clean``: uninterrupted. Then a second ``dvc repro`` runs nothing, a changed probe learning
+  rate re-runs only the probe cells and the report, and two queued experiments
+  (``dvc exp run --queue`` + ``dvc queue start``) both show their metrics in ``dvc exp show``.
+- ``killed``: the same pipeline, but SIGKILLed (failpoints, ``elmolab.failpoints``) mid-epoch,
+  between a checkpoint's temporary file and its rename, mid-validation, and between two extracted
+  splits, each time followed by ``dvc repro``. Training resumes from the last complete
+  checkpoint, every metric equals the clean run's (same seed, same machine: the pipeline is
+  deterministic), and DVC's cache holds exactly the outputs ``dvc.lock`` names (nothing a killed
+  stage left half-written was ever cached).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = "experiment=smoke"
+# What differs between two runs of the same computation: timings and where files were.
+VOLATILE = {"wall_seconds", "tokens_per_second", "resumed", "seconds", "words_per_second"}
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "ELMOLAB_FAILPOINT"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env.update(DVC_NO_ANALYTICS="1", WANDB_MODE="disabled", OMP_WAIT_POLICY="PASSIVE", **extra)
+    return env
+
+
+def _run(args: list[str], cwd: Path, check: bool = True, **env: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run(args, cwd=cwd, env=_env(**env), capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def _remote_store() -> Path:
+    """The DVC remote this checkout points at, as an absolute path."""
+    config = (ROOT / ".dvc" / "config").read_text(encoding="utf-8")
+    url = next(line.split("=", 1)[1].strip() for line in config.splitlines() if "url =" in line)
+    return (ROOT / ".dvc" / url).resolve()
+
+
+def make_checkout(dest: Path) -> Path:
+    """A fresh git repository with this working tree's files, the data pulled, smoke params."""
+    if not (ROOT / "data" / "README.md").is_file() or not _remote_store().is_dir():
+        pytest.skip("the data and its DVC remote are needed: run `make install`")
+    files = _run(["git", "ls-files", "-co", "--exclude-standard", "-z"], ROOT).stdout.split("\0")
+    for name in filter(None, files):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    _run(["git", "init", "-q"], dest)
+    _run(["dvc", "remote", "modify", "--local", "store", "url", str(_remote_store())], dest)
+    _run(["dvc", "pull", "-q", "data.dvc"], dest)
+    _run([sys.executable, "-m", "elmolab.params", SMOKE], dest)
+    _commit(dest, "smoke checkout")
+    return dest
+
+
+def _commit(repo: Path, message: str) -> None:
+    _run(["git", "add", "-A"], repo)
+    identity = ["-c", "user.name=elmolab tests", "-c", "user.email=tests@elmolab.invalid"]
+    _run(["git", *identity, "commit", "-q", "--allow-empty", "-m", message], repo)
+
+
+def _stages_run(proc: subprocess.CompletedProcess) -> list[str]:
+    prefix = "Running stage '"
+    return [line[len(prefix) : -2] for line in proc.stdout.splitlines() if line.startswith(prefix)]
+
+
+def _results(repo: Path) -> dict[str, Any]:
+    """Every metrics file of a finished pipeline, without timings: what must be reproducible."""
+    artifacts = repo / "artifacts"
+    files = [
+        artifacts / "bilm" / "metrics.json",
+        artifacts / "bilm_random" / "metrics.json",
+        *sorted((artifacts / "probes").rglob("metrics.json")),
+        *sorted((artifacts / "features").glob("*/extract.json")),
+    ]
+    return {
+        str(path.relative_to(artifacts)): _strip(json.loads(path.read_text())) for path in files
+    }
+
+
+def _strip(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def _checkpoint_step(path: Path) -> int:
+    return torch.load(path, map_location="cpu", weights_only=True)["global_step"]
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = make_checkout(tmp_path_factory.mktemp("clean"))
+    _run(["dvc", "repro"], repo)
+    _commit(repo, "smoke results")
+    return repo
+
+
+def test_the_smoke_pipeline_writes_the_report_and_a_second_repro_does_nothing(
+    clean: Path,
+) -> None:
+    report = clean / "artifacts" / "report"
+    assert (report / "index.html").stat().st_size > 10_000
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary  # every task and feature mode of the smoke grid, both encoders
+    again = _run(["dvc", "repro"], clean)
+    assert _stages_run(again) == []
+
+
+def test_a_changed_probe_setting_reruns_only_the_probes_and_the_report(clean: Path) -> None:
+    params = yaml.safe_load((clean / "params.yaml").read_text())
+    lr = params["probe"]["lr"]
+    try:
+        _run([sys.executable, "-m", "elmolab.params", SMOKE, f"probe.lr={lr * 2}"], clean)
+        stages = _stages_run(_run(["dvc", "repro"], clean))
+    finally:
+        _run(["git", "checkout", "HEAD", "--", "params.yaml", "dvc.lock"], clean)
+        _run(["dvc", "checkout", "-q"], clean)
+    assert _run(["dvc", "status", "-q"], clean, check=False).returncode == 0  # back as it was
+    grid = params["grid"]
+    probes = {f"probe@{t}-{f}" for t in grid["tasks"] for f in grid["features"]}
+    assert set(stages) == probes | {"report"} and stages[-1] == "report"
+
+
+def test_queued_experiments_run_and_show_their_metrics_side_by_side(clean: Path) -> None:
+    for lr in ("0.01", "0.1"):
+        _run(["dvc", "exp", "run", "--queue", "-S", SMOKE, "-S", f"probe.lr={lr}"], clean)
+    _run(["dvc", "queue", "start", "--jobs", "1"], clean)
+    _wait_for_queue(clean)
+    shown = json.loads(_run(["dvc", "exp", "show", "--json"], clean).stdout)
+    experiments = [
+        exp for commit in shown for exp in commit.get("experiments") or [] if exp.get("revs")
+    ]
+    revs = [rev for exp in experiments for rev in exp["revs"]]
+    assert len(revs) == 2, json.dumps(shown, indent=1)[:2000]
+    lrs = set()
+    for rev in revs:
+        assert rev["error"] is None, rev["error"]
+        row = rev["data"]
+        params = row["params"]["params.yaml"]["data"]
+        lrs.add(params["probe"]["lr"])
+        metrics = row["metrics"]["artifacts/report/metrics.json"]["data"]
+        assert metrics  # the report's headline numbers
+    assert lrs == {0.01, 0.1}
+
+
+def _wait_for_queue(repo: Path, polls: int = 600) -> None:
+    for _ in range(polls):
+        status = _run(["dvc", "queue", "status"], repo).stdout
+        if not any(word in status for word in ("Queued", "Running")):
+            assert "Failed" not in status, status
+            return
+        time.sleep(2)
+    raise AssertionError(f"the queue did not finish:\n{status}")
+
+
+def test_killed_at_any_moment_the_pipeline_resumes_to_the_same_results(
+    clean: Path, tmp_path: Path
+) -> None:
+    repo = make_checkout(tmp_path / "killed")
+    checkpoints = repo / "artifacts" / "bilm_checkpoints"
+    smoke = yaml.safe_load((repo / "params.yaml").read_text())["pretrain"]
+    every = smoke["checkpoint_every_n_steps"]
+
+    # Mid-epoch, after the first checkpoint: nothing of the stage's outputs exists.
+    killed = _run(["dvc", "repro", "pretrain"], repo, False, ELMOLAB_FAILPOINT="train_step:25")
+    assert killed.returncode != 0 and not (repo / "artifacts" / "bilm").exists()
+    assert _checkpoint_step(checkpoints / "last.ckpt") == every
+    # Between the next checkpoint's temporary file and its rename: the last one stays complete.
+    killed = _run(["dvc", "repro", "pretrain"], repo, False, ELMOLAB_FAILPOINT="checkpoint_written")
+    assert killed.returncode != 0 and list(checkpoints.glob(".last.ckpt.*.tmp"))
+    assert _checkpoint_step(checkpoints / "last.ckpt") == every
+    # Mid-validation.
+    killed = _run(["dvc", "repro", "pretrain"], repo, False, ELMOLAB_FAILPOINT="validation_step:3")
+    assert killed.returncode != 0 and not (repo / "artifacts" / "bilm").exists()
+    # Extraction, between two splits: no features folder, nothing else left behind by the rerun.
+    _run(["dvc", "repro", "pretrain"], repo)
+    assert json.loads((repo / "artifacts" / "bilm" / "metrics.json").read_text())["resumed"]
+    assert not list(checkpoints.glob(".*.tmp"))
+    killed = _run(
+        ["dvc", "repro", "extract@trained"], repo, False, ELMOLAB_FAILPOINT="split_extracted:3"
+    )
+    assert killed.returncode != 0 and not (repo / "artifacts" / "features" / "trained").exists()
+    _run(["dvc", "repro"], repo)
+
+    assert not list((repo / "artifacts").rglob(".*.tmp"))
+    assert _results(repo) == _results(clean)
+    assert _cached_objects(repo) == _locked_objects(repo)
+
+
+def _cache_path(repo: Path, md5: str) -> Path:
+    return repo / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:]
+
+
+def _locked_objects(repo: Path) -> set[str]:
+    """The cache objects ``dvc.lock`` and ``data.dvc`` name: outputs, and the files of folders."""
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())
+    outs = [out for stage in lock["stages"].values() for out in stage.get("outs", [])]
+    outs += yaml.safe_load((repo / "data.dvc").read_text())["outs"]
+    objects = set()
+    for out in outs:
+        if "md5" not in out or out.get("cache") is False:
+            continue
+        objects.add(out["md5"])
+        if out["md5"].endswith(".dir"):
+            listing = json.loads(_cache_path(repo, out["md5"]).read_text())
+            objects.update(entry["md5"] for entry in listing)
+    return objects
+
+
+def _cached_objects(repo: Path) -> set[str]:
+    root = repo / ".dvc" / "cache" / "files" / "md5"
+    return {p.parent.name + p.name for p in root.glob("*/*") if p.is_file()}
