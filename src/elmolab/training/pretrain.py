@@ -25,6 +25,7 @@ import json
 import logging
 import shutil
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,27 @@ from elmolab.training.data import LMDataModule
 from elmolab.training.module import BiLMPretrainer, count_parameters
 
 log = logging.getLogger(__name__)
+
+# Lightning messages that do not apply here. The data position and LSTM states are part of every
+# checkpoint (the data module's state_dict), so a mid-epoch resume is exact, whatever the warning
+# says; the data loader has no worker processes; the rest are advertisements and deprecations
+# inside Lightning itself.
+_IRRELEVANT_WARNINGS = (
+    r"You're resuming from a checkpoint that ended before the epoch ended",
+    r"Your `IterableDataset` has `__len__` defined",
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+)
+
+
+class _DropTips(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip")
+
+
+def _quiet_lightning() -> None:
+    for message in _IRRELEVANT_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropTips())
 
 
 @dataclass
@@ -210,6 +232,7 @@ def pretrain(
     )
     # One log folder per attempt: a resumed run's log continues where its checkpoint was.
     attempt = len(list((ckpt_dir / "logs").glob("attempt-*")))
+    _quiet_lightning()
     csv_logger = CSVLogger(save_dir=ckpt_dir, name="logs", version=f"attempt-{attempt}")
     trainer = pl.Trainer(
         accelerator=trainer_cfg.accelerator,
@@ -282,6 +305,7 @@ def random_control(
     module = BiLMPretrainer(
         model_cfg.options(), len(vocab), asdict(cfg.softmax), dict(cfg.optimizer)
     )
+    _quiet_lightning()
     trainer = pl.Trainer(
         accelerator="cpu" if trainer_cfg.accelerator == "cpu" else "auto",
         devices=1,
