@@ -360,6 +360,23 @@ def test_code_version_is_the_commit_or_unknown(tmp_path):
     assert str(code_version(tmp_path)) == "unknown"
 
 
+def test_the_lock_file_dvc_rewrites_during_a_run_is_not_an_uncommitted_change(tmp_path):
+    def git(*args: str) -> None:
+        identity = ["-c", "user.name=t", "-c", "user.email=t@elmolab.invalid"]
+        subprocess.run(["git", *identity, *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\n")
+    (tmp_path / "conf.yaml").write_text("lr: 0.1\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "start")
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    git("add", "dvc.lock")  # as DVC's autostage leaves it
+    assert code_version(tmp_path).dirty is False
+    (tmp_path / "conf.yaml").write_text("lr: 0.2\n")
+    assert code_version(tmp_path).dirty is True
+
+
 def test_stage_script_under_dvc_redacts_secrets(tmp_path):
     write_pretraining(tmp_path / "artifacts")
     cfg = report_config(tmp_path, **{"polysemy.enabled": False})

@@ -102,10 +102,14 @@ class ReportData:
 
 
 def code_version(cwd: Path) -> CodeVersion:
-    """The git commit of ``cwd`` and whether it has uncommitted changes ('unknown' outside git)."""
+    """The git commit of ``cwd`` and whether it has uncommitted changes ('unknown' outside git).
+
+    ``dvc.lock`` does not count: ``dvc repro`` rewrites it while the pipeline runs, before the
+    report stage, so it differs from the commit in every run that changed anything.
+    """
     try:
         commit = _git(cwd, "rev-parse", "HEAD")
-        dirty = bool(_git(cwd, "status", "--porcelain"))
+        dirty = bool(_git(cwd, "status", "--porcelain", "--", ".", ":(exclude)dvc.lock"))
     except (OSError, subprocess.CalledProcessError):
         return CodeVersion("unknown", None)
     return CodeVersion(commit, dirty)
