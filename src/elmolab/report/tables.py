@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 
 MAIN_ENCODER = "trained"
 CONTROL_ENCODER = "random"
+# A layer order counts as a tie when the two means differ by no more than the larger standard
+# deviation over seeds, or than this (a tenth of a point) for methods without seeds.
+TIE_MARGIN = 0.001
 PAPER_LAYER_ORDERS = {  # task: (better layer, worse layer, the paper's numbers)
     "upos": ("layer1", "layer2", "POS 97.3 vs 96.8"),
     "wsd": ("layer2", "layer1", "WSD F1 69.0 vs 67.4"),
@@ -279,9 +282,14 @@ def _paper_directions(data: ReportData, encoder: str) -> list[str]:
         a, b = data.cells.get((task, better, encoder)), data.cells.get((task, worse, encoder))
         if a is None or b is None or not a.n or not b.n:
             continue
-        verdict = "holds" if a.mean > b.mean else "does not hold"
+        spreads = [std for std in (a.std, b.std) if not math.isnan(std)]
+        margin, spread = a.mean - b.mean, max([*spreads, TIE_MARGIN])
+        if abs(margin) <= spread:
+            verdict, why = "is a tie", f", within {pct(spread)} points"
+        else:
+            verdict, why = ("holds" if margin > 0 else "does not hold"), ""
         parts.append(
             f"{task} {better} > {worse} (paper: {paper}) {verdict} here "
-            f"({pct(a.mean)} vs {pct(b.mean)})"
+            f"({pct(a.mean)} vs {pct(b.mean)}{why})"
         )
     return [f"ELMo paper's layer orders: {'; '.join(parts)}."] if parts else []
