@@ -20,6 +20,7 @@ same configuration; otherwise training starts from scratch.
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import json
 import logging
@@ -64,6 +65,7 @@ class _DropTips(logging.Filter):
         return not str(record.msg).startswith("💡 Tip")
 
 
+@functools.cache  # once per process: filters added again would pile up on the logger
 def _quiet_lightning() -> None:
     for message in _IRRELEVANT_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
