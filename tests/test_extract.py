@@ -5,6 +5,7 @@ config pointing at them) are shared with ``test_probe_stage.py``.
 """
 
 import gzip
+import json
 import re
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from elmolab.extract import (
 from elmolab.io.bilm_tf import export_bilm, save_bilm_checkpoint
 from elmolab.io.features import FeatureReader
 from elmolab.models.bilm import BiLM, BiLMOptions
+from elmolab.models.controls import token_layer_control
 from elmolab.params import compose_params
 from elmolab.probing.tasks import multiword_parts
 
@@ -118,7 +120,8 @@ def write_mini_data(data: Path, dest: Path) -> None:
 
 def write_tiny_encoders(artifacts: Path) -> None:
     """Two random biLMs of the fixture's shape: ``bilm`` as a checkpoint, ``bilm_random`` as
-    bilm-tf files only (both ways of loading an encoder)."""
+    bilm-tf files only (both ways of loading an encoder), and ``bilm_token``, the token-layer
+    control of ``bilm``."""
     options = BiLMOptions.from_json(FIXTURE_OPTIONS)
     torch.manual_seed(1)
     (artifacts / "bilm").mkdir(parents=True)
@@ -129,6 +132,8 @@ def write_tiny_encoders(artifacts: Path) -> None:
     export_bilm(
         random, artifacts / "bilm_random/options.json", artifacts / "bilm_random/weights.hdf5"
     )
+    (artifacts / "bilm" / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\n", encoding="utf-8")
+    token_layer_control(artifacts / "bilm", artifacts / "bilm_token", seed=1)
 
 
 def compose(root: Path, *overrides: str) -> DictConfig:
@@ -168,8 +173,9 @@ def _artifacts(cfg: DictConfig) -> Path:
 def test_every_split_of_every_encoder_is_written_in_the_elmo_format(workspace: DictConfig) -> None:
     config = _config(workspace)
     features = _artifacts(workspace) / "features"
-    assert sorted(p.name for p in features.iterdir()) == ["random", "trained"]  # no temp folders
-    for encoder in ("trained", "random"):
+    # no temporary folders
+    assert sorted(p.name for p in features.iterdir()) == ["random", "token_only", "trained"]
+    for encoder in ("trained", "random", "token_only"):
         for source in config.catalog().sources():
             path = feature_path(features / encoder, source.dataset, source.split)
             units = source.units()
@@ -184,6 +190,29 @@ def test_every_split_of_every_encoder_is_written_in_the_elmo_format(workspace: D
         assert (features / encoder / "extract.json").is_file()
     conll_dev = features / "trained" / "conll2000" / "dev.tokens.txt"
     assert 0 < len(conll_dev.read_text().splitlines()) < SENTENCES  # carved from train
+
+
+def test_the_token_layer_control_shares_layer_0_and_nothing_else(workspace: DictConfig) -> None:
+    features = _artifacts(workspace) / "features"
+    source = _config(workspace).catalog().read("ud_english_ewt", "dev")
+    layers = {
+        encoder: read_split_features(features / encoder, source)
+        for encoder in ("trained", "token_only")
+    }
+    for trained, control in zip(layers["trained"], layers["token_only"], strict=True):
+        np.testing.assert_array_equal(trained[0], control[0])
+        assert not np.allclose(trained[1:], control[1:])
+    digests = {
+        encoder: json.loads((features / encoder / "extract.json").read_text())["token_layer_sha256"]
+        for encoder in ("trained", "token_only", "random")
+    }
+    assert digests["trained"] == digests["token_only"] != digests["random"]
+    control = load_encoder(_artifacts(workspace) / "bilm_token")
+    for stack in (control.forward_lstm, control.backward_lstm):
+        for layer in stack.layers:
+            w = layer.W_0.detach()  # (input + proj, 4 * cell): orthonormal rows
+            torch.testing.assert_close(w @ w.T, torch.eye(w.shape[0]), atol=1e-5, rtol=0)
+            assert layer.B.abs().max() <= 1 / layer.cell_size**0.5 and layer.B.std() > 0
 
 
 def test_a_wsd_instance_is_the_mean_of_its_words_in_the_sentence(workspace: DictConfig) -> None:

@@ -2,6 +2,7 @@
 report reads, the DVC cell command, a Hydra multirun, and bad input that writes nothing."""
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -10,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 from omegaconf import DictConfig, OmegaConf
-from test_extract import make_workspace
+from test_extract import SENTENCES, make_workspace
 
 from elmolab.config import load_params, section
 from elmolab.errors import ElmolabError
 from elmolab.extract import ExtractConfig
-from elmolab.probing.runner import FeaturesConfig, ProbeSettings, run_cell
+from elmolab.probing.runner import FeaturesConfig, ProbeSettings, run_cell, training_subset
 from elmolab.probing.tasks import TaskConfig
 from elmolab.report.collect import read_probe_runs
 
@@ -23,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 # Few epochs and seeds; the slices of the data are small, so some dev and test labels are not in
 # train: they are kept (as a smoke preset would) rather than an error.
-FAST = ["probe.max_epochs=3", "grid.seeds=[1,2]", "probe.unseen=keep"]
+FAST = ["probe.max_epochs=3", "probe.tree.max_epochs=2", "grid.seeds=[1,2]", "probe.unseen=keep"]
+ENCODERS = ("trained", "random", "token_only")
 RUN_KEYS = {
     "task",
     "features",
@@ -71,7 +73,10 @@ def test_each_kind_of_task_writes_the_runs_the_report_reads(params: Path) -> Non
     cells = [
         ("upos", "scalar_mix"),
         ("deplabel", "layer1"),
+        ("deparc", "layer1"),
+        ("structural", "scalar_mix"),
         ("upos_control", "concat"),
+        ("ner", "layer0"),
         ("wsd", "layer2"),
         ("wsd", "scalar_mix"),
     ]
@@ -80,7 +85,17 @@ def test_each_kind_of_task_writes_the_runs_the_report_reads(params: Path) -> Non
         run_cell(**arguments)
     probes = Path(load_params(params, [], CONF).paths.artifacts) / "probes"
     runs = read_probe_runs(probes)
-    assert len(runs) == 3 * 2 * 2 + 2 + 2  # seeded cells x encoders x seeds; wsd: 2 + 2 n/a
+    assert len(runs) == 6 * 3 * 2 + 3 + 3  # seeded cells x encoders x seeds; wsd: 3 + 3 n/a
+
+    # The token-layer control's layer 0 is the trained biLM's: its runs are the trained ones.
+    for run_dir in ("seed1", "seed2/fraction_0.1"):
+        trained, control = (
+            json.loads((probes / f"ner/layer0/{e}/{run_dir}/metrics.json").read_text())
+            for e in ("trained", "token_only")
+        )
+        assert control == {**trained, "encoder": "token_only", "same_features_as": "trained"}
+    random = json.loads((probes / "ner/layer0/random/seed1/metrics.json").read_text())
+    assert "same_features_as" not in random
 
     upos = json.loads((probes / "upos/scalar_mix/random/seed2/metrics.json").read_text())
     assert upos.keys() >= RUN_KEYS
@@ -95,6 +110,32 @@ def test_each_kind_of_task_writes_the_runs_the_report_reads(params: Path) -> Non
     assert sum(upos["per_sentence_test"]["total"]) == upos["n_test_tokens"]
     predictions = (probes / "upos/scalar_mix/random/seed2/test_predictions.txt").read_text()
     assert len(predictions.splitlines()) == len(upos["per_sentence_test"]["total"])
+    assert (upos["train_fraction"], upos["n_train_sentences"]) == (1.0, SENTENCES)
+
+    # Learning curves of token tasks: nested subsets of the training sentences, every encoder
+    # and seed, and the same sentences for all of them.
+    for fraction in (0.01, 0.1):
+        point = probes / f"upos/scalar_mix/token_only/seed1/fraction_{fraction}"
+        subset = json.loads((point / "metrics.json").read_text())
+        assert subset["train_fraction"] == fraction and subset["seed"] == 1
+        assert subset["n_train_sentences"] == math.ceil(fraction * SENTENCES)
+        assert subset["n_test_tokens"] == upos["n_test_tokens"] and 0 <= subset["test"] <= 1
+        assert subset["epochs"] >= 1 and (point / "test_predictions.txt").is_file()
+    assert (probes / "upos_control/concat/random/seed2/fraction_0.1/metrics.json").is_file()
+    assert not list((probes / "deplabel").glob("*/*/*/fraction_*"))  # token tasks only
+
+    deparc = json.loads((probes / "deparc/layer1/token_only/seed2/metrics.json").read_text())
+    assert (deparc["metric"], deparc["mix_weights"]) == ("uas", [0.0, 1.0, 0.0])
+    assert 0 < deparc["test"] <= 1 and deparc["n_test_tokens"] == upos["n_test_tokens"]
+    assert sum(deparc["per_sentence_test"]["total"]) == deparc["n_test_tokens"]
+    structural = json.loads(
+        (probes / "structural/scalar_mix/trained/seed1/metrics.json").read_text()
+    )
+    assert structural["metric"] == "uuas" and 0 <= structural["test"] <= 1
+    assert -1 <= structural["test_dspr"] <= 1 and -1 <= structural["dev_dspr"] <= 1
+    assert len(structural["mix_weights"]) == 3
+    edges = structural["per_sentence_test"]
+    assert sum(edges["correct"]) / sum(edges["total"]) == pytest.approx(structural["test"])
 
     deplabel = json.loads((probes / "deplabel/layer1/trained/seed1/metrics.json").read_text())
     assert deplabel["mix_weights"] == [0.0, 1.0, 0.0] and deplabel["n_train_tokens"] > 1000
@@ -118,7 +159,7 @@ def test_the_dvc_cell_command_runs_every_seed_of_the_grid(params: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     cell = Path(load_params(params, [], CONF).paths.artifacts) / "probes" / "chunk" / "mean"
     found = sorted(str(p.relative_to(cell)) for p in cell.glob("*/*/metrics.json"))
-    assert found == [f"{e}/seed{k}/metrics.json" for e in ("random", "trained") for k in (1, 2)]
+    assert found == [f"{e}/seed{k}/metrics.json" for e in sorted(ENCODERS) for k in (1, 2)]
     metrics = json.loads((cell / "trained" / "seed1" / "metrics.json").read_text())
     assert metrics["metric"] == "span_f1" and metrics["per_sentence_test"] is None
 
@@ -142,6 +183,7 @@ def test_a_hydra_multirun_writes_one_result_per_job(
             f"paths.data={cfg.paths.data}",
             f"paths.artifacts={cfg.paths.artifacts}",
             "probe.max_epochs=2",
+            "probe.train_fractions=[]",  # no learning curves
             f"hydra.sweep.dir={tmp_path}",
         ],
         cwd=ROOT,
@@ -153,7 +195,7 @@ def test_a_hydra_multirun_writes_one_result_per_job(
     assert found == [
         f"{job}/probes/ner/{features}/{encoder}/seed3/metrics.json"
         for job, features in ((0, "layer0"), (1, "layer2"))
-        for encoder in ("random", "trained")
+        for encoder in sorted(ENCODERS)
     ]
 
 
@@ -219,11 +261,11 @@ def test_encoders_in_worker_processes_give_the_same_results_as_in_one(
         outcomes[workers] = [
             {key: value for key, value in run.items() if key != "wall_seconds"} for run in runs
         ]
-    assert [(r["encoder"], r["seed"]) for r in outcomes[2]] == [
-        ("trained", 1),
-        ("trained", 2),
-        ("random", 1),
-        ("random", 2),
+    assert [(r["encoder"], r["seed"], r.get("train_fraction")) for r in outcomes[2]] == [
+        (encoder, seed, fraction)
+        for encoder in ENCODERS
+        for seed in (1, 2)
+        for fraction in (1.0, 0.01, 0.1)
     ]
     assert outcomes[1] == outcomes[2]
 
@@ -249,3 +291,15 @@ def test_the_slurm_launcher_submits_one_task_per_gpu_of_every_node() -> None:
     launcher = yaml.safe_load(proc.stdout)
     assert launcher["_target_"].endswith("submitit_launcher.SlurmLauncher")
     assert (launcher["nodes"], launcher["tasks_per_node"], launcher["gpus_per_node"]) == (3, 4, 4)
+
+
+def test_learning_curve_subsets_are_fixed_nested_and_in_corpus_order(params: Path) -> None:
+    settings = section(load_params(params, [], CONF), "probe", ProbeSettings)
+    small, large = (training_subset(12544, f, settings) for f in (0.01, 0.1))
+    assert (len(small), len(large)) == (126, 1255)
+    assert set(small) <= set(large) and small == sorted(small) and large == sorted(large)
+    assert training_subset(12544, 0.01, settings) == small  # no hidden state
+    settings.subset_seed += 1
+    assert training_subset(12544, 0.01, settings) != small
+    with pytest.raises(ElmolabError, match=r"train_fractions: 1.5 is not in \(0, 1\]"):
+        training_subset(100, 1.5, settings)

@@ -43,6 +43,7 @@ from elmolab.fsutil import atomic_dir, atomic_path, write_json
 from elmolab.io.bilm_tf import load_bilm, load_bilm_from_checkpoint
 from elmolab.io.features import SENTENCE_TO_INDEX, STORAGE_DTYPES, open_feature_writer
 from elmolab.models.bilm import BiLM
+from elmolab.models.controls import token_layer_digest
 from elmolab.probing.tasks import DataCatalog, DatasetConfig, SplitSource, multiword_parts
 
 log = logging.getLogger("elmolab.extract")
@@ -133,6 +134,8 @@ def extract(config: ExtractConfig, out_dir: Path) -> dict[str, Any]:
                 "dim": 2 * model.options.lstm.projection_dim,
                 "stateful": config.stateful,
                 "dtype": config.dtype,
+                # Equal digests: identical layer-0 features (the token-layer control's, e.g.).
+                "token_layer_sha256": token_layer_digest(model),
                 "wall_seconds": round(time.perf_counter() - started, 1),
                 "splits": splits,
             }

@@ -22,8 +22,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
+import math
 import multiprocessing as mp
+import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import AbstractContextManager
@@ -35,19 +38,29 @@ import numpy as np
 import torch
 
 from elmolab.errors import ElmolabError
+from elmolab.extract import SUMMARY as EXTRACT_SUMMARY
 from elmolab.extract import feature_path, read_split_features
 from elmolab.fsutil import atomic_dir, write_json
 from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing.metrics import TaskMetric
 from elmolab.probing.tasks import (
+    TREE_METRICS,
     DataCatalog,
     SplitSource,
     TaskConfig,
     TaskKind,
     TaskLabels,
+    TreeSplit,
     task_labels,
+    tree_splits,
 )
 from elmolab.probing.train import FeatureDataset, ProbeConfig, ProbeResult, train_probe
+from elmolab.probing.trees import (
+    TreeDataset,
+    TreeProbeConfig,
+    train_arc_probe,
+    train_structural_probe,
+)
 from elmolab.probing.wsd import (
     SensePrediction,
     fit_sense_centroids,
@@ -63,10 +76,15 @@ log = logging.getLogger("elmolab.probe")
 METRICS_FILE = "metrics.json"
 PREDICTIONS_FILE = "test_predictions.txt"
 WSD_METRIC = "f1"
+# Metrics that are a share of counted items (tokens, heads, edges): metrics.json keeps the
+# per-sentence counts, so the report can run a paired bootstrap over test sentences.
+COUNTED_METRICS = (TaskMetric.ACCURACY.value, *TREE_METRICS.values())
 ROLES = ("train", "dev", "test")
 
 # Starts the tracking run of one (encoder, seed): its identifying fields -> a TrackedRun context.
 RunStarter = Callable[[dict[str, Any]], AbstractContextManager[TrackedRun]]
+# One finished probe run: its metrics.json content, the result, and its folder under the encoder's.
+Run = tuple[dict[str, Any], ProbeResult, Path]
 
 
 @dataclass
@@ -83,6 +101,18 @@ class GridConfig:
     tasks: list[str]  # conf/task/<name>.yaml
     features: list[str]  # conf/features/<name>.yaml
     seeds: list[int]  # every seed runs inside each cell under DVC
+
+
+@dataclass
+class TreeSettings:
+    """Schema of ``probe.tree``: the tree probes' own optimisation (deparc, structural)."""
+
+    lr: float  # Adam
+    lr_decay: float  # lr factor after an epoch without a better dev score
+    batch_tokens: int  # whole sentences per step, about this many words
+    max_epochs: int
+    patience: int  # epochs without a better dev score (structural: dev loss) before stopping
+    rank: int  # structural probe: rows of the linear map B
 
 
 @dataclass
@@ -106,6 +136,24 @@ class ProbeSettings:
     workers: int  # encoders probed side by side, one process each
     save_predictions: bool  # write test_predictions.txt beside metrics.json
     unseen: str | None  # raise | keep for every task (presets that cut the data); None: the task's
+    train_fractions: list[float]  # token tasks: learning-curve points below the full train set
+    subset_seed: int  # fixes the learning-curve subsets (never the probe seed)
+    min_epoch_tokens: int  # an epoch cycles a small training set up to this many tokens
+    tree: TreeSettings
+
+    def tree_config(self) -> TreeProbeConfig:
+        """The tree probes' hyperparameters (the mix settings and root vector are shared)."""
+        return TreeProbeConfig(
+            lr=self.tree.lr,
+            lr_decay=self.tree.lr_decay,
+            batch_tokens=self.tree.batch_tokens,
+            max_epochs=self.tree.max_epochs,
+            patience=self.tree.patience,
+            layer_norm=self.layer_norm,
+            l2_lambda=self.l2_lambda,
+            rank=self.tree.rank,
+            root=self.root,  # type: ignore[arg-type]
+        )
 
     def probe_config(self) -> ProbeConfig:
         """The training hyperparameters, checked."""
@@ -127,6 +175,7 @@ class ProbeSettings:
             patience=self.patience,
             layer_norm=self.layer_norm,
             l2_lambda=self.l2_lambda,
+            min_epoch_tokens=self.min_epoch_tokens,
         )
 
 
@@ -192,65 +241,145 @@ def _probe_cell(
     out: Path,
     start_run: RunStarter,
 ) -> list[dict[str, Any]]:
+    """Token, pair and tree tasks: one job per encoder and seed, ``settings.workers`` at a time.
+
+    Jobs are ordered by encoder and each worker keeps the features of the last encoder it
+    loaded, so an encoder's features are read about once per worker, not once per seed.
+    """
     sources = task_sources(task, data)
-    labels = task_labels(task, sources)
+    kind = TaskKind(task.kind)
+    if kind.is_tree:
+        loader: Callable[[str], dict[str, Any]] = functools.partial(
+            _tree_datasets, settings, sources, tree_splits(sources)
+        )
+        train: Callable[..., Iterator[Run]] = functools.partial(_train_tree, kind)
+    else:
+        loader = functools.partial(_feature_datasets, settings, sources, task_labels(task, sources))
+        train = functools.partial(_train_token, TaskMetric(task.metric))
+    twins = _layer0_twins(settings) if mode == FeatureMode.LAYER0.value else {}
+    trained = [encoder for encoder in settings.encoders if encoder not in twins]
+    _ENCODER_SPLITS.clear()
     jobs = [
         functools.partial(
-            _probe_encoder,
-            task,
-            mode,
-            encoder,
-            sources,
-            labels,
-            settings,
-            config,
-            seeds,
-            out,
-            start_run,
+            _probe_seed, train, loader, task, mode, encoder, seed, settings, config, out, start_run
         )
-        for encoder in settings.encoders
+        for encoder in trained
+        for seed in seeds
     ]
-    return [metrics for results in _run_jobs(jobs, settings.workers) for metrics in results]
+    try:
+        results = [metrics for runs in _run_jobs(jobs, settings.workers) for metrics in runs]
+    finally:
+        _ENCODER_SPLITS.clear()
+    for encoder, twin in twins.items():
+        results += _copy_runs(results, twin, encoder, out)
+    order = {encoder: i for i, encoder in enumerate(settings.encoders)}
+    return sorted(results, key=lambda metrics: order[metrics["encoder"]])
 
 
-def _probe_encoder(
+def _layer0_twins(settings: ProbeSettings) -> dict[str, str]:
+    """Encoder -> an earlier encoder with the same token layer, by the digests in extract.json
+    (the token-layer control and the trained biLM): their layer-0 features are identical, so
+    their layer-0 probes would be too, run for run, and are run once."""
+    first_with: dict[str, str] = {}
+    twins = {}
+    for encoder in settings.encoders:
+        summary = Path(settings.features_dir) / encoder / EXTRACT_SUMMARY
+        try:
+            digest = json.loads(summary.read_text(encoding="utf-8")).get("token_layer_sha256")
+        except (OSError, ValueError):
+            continue  # features without a digest (older extractions) are probed as they are
+        if digest in first_with:
+            twins[encoder] = first_with[digest]
+        elif digest:
+            first_with[digest] = encoder
+    return twins
+
+
+def _copy_runs(
+    results: list[dict[str, Any]], source: str, encoder: str, out: Path
+) -> list[dict[str, Any]]:
+    """``source``'s runs as ``encoder``'s, marked ``same_features_as``, with their predictions."""
+    copies = []
+    for metrics in results:
+        if metrics["encoder"] != source:
+            continue
+        copy = {**metrics, "encoder": encoder, "same_features_as": source}
+        run_dir = _run_dir(metrics["seed"], metrics.get("train_fraction", 1.0))
+        write_json(out / encoder / run_dir / METRICS_FILE, copy)
+        predictions = out / source / run_dir / PREDICTIONS_FILE
+        if predictions.is_file():
+            shutil.copyfile(predictions, out / encoder / run_dir / PREDICTIONS_FILE)
+        copies.append(copy)
+    return copies
+
+
+# The splits of the encoder a process last loaded: (encoder, role -> dataset), at most one.
+_ENCODER_SPLITS: dict[str, dict[str, Any]] = {}
+
+
+def _encoder_splits(encoder: str, loader: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    if encoder not in _ENCODER_SPLITS:
+        _ENCODER_SPLITS.clear()
+        _ENCODER_SPLITS[encoder] = loader(encoder)
+    return _ENCODER_SPLITS[encoder]
+
+
+def _feature_datasets(
+    settings: ProbeSettings, sources: dict[str, SplitSource], labels: TaskLabels, encoder: str
+) -> dict[str, Any]:
+    encoder_dir = Path(settings.features_dir) / encoder
+    splits: dict[str, Any] = {
+        role: feature_dataset(encoder_dir, sources[role], labels, role) for role in ROLES
+    }
+    splits["vocabulary"] = labels.vocabulary
+    return splits
+
+
+def _tree_datasets(
+    settings: ProbeSettings,
+    sources: dict[str, SplitSource],
+    trees: dict[str, TreeSplit],
+    encoder: str,
+) -> dict[str, Any]:
+    encoder_dir = Path(settings.features_dir) / encoder
+    return {
+        role: TreeDataset.from_sentences(
+            read_split_features(encoder_dir, sources[role]),
+            trees[role].heads,
+            trees[role].punct,
+            path=feature_path(encoder_dir, sources[role].dataset, sources[role].split),
+        )
+        for role in ROLES
+    }
+
+
+def _probe_seed(
+    train: Callable[..., Iterator[Run]],
+    loader: Callable[[str], dict[str, Any]],
     task: TaskConfig,
     mode: str,
     encoder: str,
-    sources: dict[str, SplitSource],
-    labels: TaskLabels,
+    seed: int,
     settings: ProbeSettings,
     config: ProbeConfig,
-    seeds: Sequence[int],
     out: Path,
     start_run: RunStarter,
 ) -> list[dict[str, Any]]:
-    """Every seed of one encoder: load its features once, train, write ``out/<encoder>/``."""
-    encoder_dir = Path(settings.features_dir) / encoder
-    splits = {role: feature_dataset(encoder_dir, sources[role], labels, role) for role in ROLES}
+    """One encoder and seed: every run of it (learning-curve subsets too), written to ``out``."""
+    splits = _encoder_splits(encoder, loader)
+    fields = {"task": task.name, "features": mode, "encoder": encoder, "seed": seed}
     results = []
-    for seed in seeds:
-        fields = {"task": task.name, "features": mode, "encoder": encoder, "seed": seed}
-        with start_run(fields) as run:
-            result = train_probe(
-                splits["train"],
-                splits["dev"],
-                splits["test"],
-                labels.vocabulary,
-                mode=mode,
-                metric=task.metric,
-                seed=seed,
-                config=config,
-            )
-            metrics = _probe_metrics(fields, result, splits)
-            _track(run, metrics, result)
-        run_dir = out / encoder / f"seed{seed}"
-        write_json(run_dir / METRICS_FILE, metrics)
+    for metrics, result, run_dir in train(splits, fields, settings, config, start_run):
+        write_json(out / encoder / run_dir / METRICS_FILE, metrics)
         if settings.save_predictions:
-            _write_lines(run_dir / PREDICTIONS_FILE, map(" ".join, result.test_predictions))
+            lines = map(" ".join, result.test_predictions)
+            _write_lines(out / encoder / run_dir / PREDICTIONS_FILE, lines)
         log.info(
-            "%s/%s/%s/seed%d: dev %.4f, test %.4f (%s, best epoch %d of %d, %.1f s)",
-            *fields.values(),
+            "%s/%s/%s/%s: dev %.4f, test %.4f (%s, best epoch %d of %d, %.1f s)",
+            task.name,
+            mode,
+            encoder,
+            run_dir,
             result.dev,
             result.test,
             result.metric,
@@ -260,6 +389,79 @@ def _probe_encoder(
         )
         results.append(metrics)
     return results
+
+
+def _train_token(
+    metric: TaskMetric,
+    splits: dict[str, Any],
+    fields: dict[str, Any],
+    settings: ProbeSettings,
+    config: ProbeConfig,
+    start_run: RunStarter,
+) -> Iterator[Run]:
+    """The full training split, then (token tasks) each learning-curve subset of it."""
+    full = splits["train"]
+    fractions = [1.0] if full.heads is not None else [1.0, *settings.train_fractions]
+    for fraction in fractions:
+        train = full
+        if fraction < 1.0:
+            train = full.subset(training_subset(len(full.sentence_lengths), fraction, settings))
+        run_fields = fields if fraction == 1.0 else {**fields, "train_fraction": fraction}
+        with start_run(run_fields) as run:
+            result = train_probe(
+                train,
+                splits["dev"],
+                splits["test"],
+                splits["vocabulary"],
+                mode=fields["features"],
+                metric=metric,
+                seed=fields["seed"],
+                config=config,
+            )
+            metrics = _probe_metrics(fields, result, {**splits, "train": train})
+            metrics["train_fraction"] = fraction
+            metrics["n_train_sentences"] = len(train.sentence_lengths)
+            _track(run, metrics, result)
+        yield metrics, result, _run_dir(fields["seed"], fraction)
+
+
+def _train_tree(
+    kind: TaskKind,
+    splits: dict[str, Any],
+    fields: dict[str, Any],
+    settings: ProbeSettings,
+    config: ProbeConfig,
+    start_run: RunStarter,
+) -> Iterator[Run]:
+    trainer = train_arc_probe if kind is TaskKind.ARC else train_structural_probe
+    with start_run(fields) as run:
+        result = trainer(
+            splits["train"],
+            splits["dev"],
+            splits["test"],
+            mode=fields["features"],
+            seed=fields["seed"],
+            config=settings.tree_config(),
+        )
+        metrics = _probe_metrics(fields, result, splits)
+        metrics["n_train_sentences"] = len(splits["train"].sentence_lengths)
+        _track(run, metrics, result)
+    yield metrics, result, _run_dir(fields["seed"], 1.0)
+
+
+def training_subset(sentences: int, fraction: float, settings: ProbeSettings) -> list[int]:
+    """The training sentences of a learning-curve point: the first ``ceil(fraction * n)`` of a
+    permutation fixed by ``probe.subset_seed``, in corpus order. The same for every encoder,
+    feature mode and probe seed (so their scores pair up), and nested: 1% lies inside 10%."""
+    if not 0.0 < fraction <= 1.0:
+        raise ElmolabError(f"probe.train_fractions: {fraction} is not in (0, 1]")
+    order = np.random.default_rng(settings.subset_seed).permutation(sentences)
+    return sorted(order[: max(1, math.ceil(fraction * sentences))].tolist())
+
+
+def _run_dir(seed: int, fraction: float) -> Path:
+    seed_dir = Path(f"seed{seed}")
+    return seed_dir if fraction == 1.0 else seed_dir / f"fraction_{fraction:g}"
 
 
 # The jobs of the running _run_jobs call: forked workers inherit them, so only an index and the
@@ -307,7 +509,7 @@ def feature_dataset(
 def _probe_metrics(
     fields: dict[str, Any], result: ProbeResult, splits: dict[str, FeatureDataset]
 ) -> dict[str, Any]:
-    accuracy = result.metric == TaskMetric.ACCURACY.value
+    counted = result.metric in COUNTED_METRICS
     return {
         **fields,
         "metric": result.metric,
@@ -318,8 +520,9 @@ def _probe_metrics(
         "mix_weights": result.mix_weights,
         "gamma": result.gamma,
         "wall_seconds": round(result.wall_seconds, 3),
-        **{f"n_{role}_tokens": len(splits[role].labels) for role in ROLES},
-        "per_sentence_test": result.per_sentence_test if accuracy else None,
+        **{f"n_{role}_tokens": int(splits[role].features.shape[1]) for role in ROLES},
+        **result.extra,
+        "per_sentence_test": result.per_sentence_test if counted else None,
         "history": [dataclasses.asdict(record) for record in result.history],
     }
 

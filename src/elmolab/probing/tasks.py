@@ -73,6 +73,19 @@ class TaskKind(StrEnum):
     TOKEN = "token"  # one label per token
     PAIR = "pair"  # one label per (word, gold head) arc
     WSD = "wsd"  # 1-NN word sense disambiguation
+    ARC = "arc"  # which word is each word's head (deparc): attachment accuracy
+    STRUCTURAL = "structural"  # Hewitt and Manning's structural probe: UUAS, distance Spearman
+
+    @property
+    def is_tree(self) -> bool:
+        """Read whole dependency trees (heads and punctuation), not labels."""
+        return self in (TaskKind.ARC, TaskKind.STRUCTURAL)
+
+
+# The metric of each tree task (``elmolab.probing.trees``).
+TREE_METRICS = {TaskKind.ARC: "uas", TaskKind.STRUCTURAL: "uuas"}
+# Tree tasks read the heads, and punctuation (excluded from UUAS) is UD's UPOS tag PUNCT.
+TREE_FIELD, PUNCT_FIELD, PUNCT_TAG = "heads", "upos", "PUNCT"
 
 
 @dataclass
@@ -117,6 +130,16 @@ class TaskConfig:
                 raise ElmolabError("task.wordnet: wsd needs WordNet's index.sense")
             if self.control_seed is not None:
                 raise ElmolabError("task.control_seed: wsd has no control task")
+        elif kind.is_tree:
+            if self.metric != TREE_METRICS[kind]:
+                raise ElmolabError(
+                    f"task.metric: {kind.value} is scored by {TREE_METRICS[kind]},"
+                    f" not {self.metric!r}"
+                )
+            if self.field != TREE_FIELD:
+                raise ElmolabError(f"task.field: {kind.value} reads {TREE_FIELD!r}")
+            if self.control_seed is not None:
+                raise ElmolabError("task.control_seed: control tasks are token tasks")
         else:
             _parse(TaskMetric, self.metric, "task.metric")
             if self.field is None:
@@ -321,6 +344,25 @@ def task_labels(task: TaskConfig, sources: dict[str, SplitSource]) -> TaskLabels
     if TaskKind(task.kind) is TaskKind.PAIR:
         heads = {role: _field_values(source, "heads") for role, source in sources.items()}
     return TaskLabels(vocabulary, labels, heads)
+
+
+@dataclass(frozen=True)
+class TreeSplit:
+    """One split's dependency trees: 1-based heads (0: root) and punctuation, per sentence."""
+
+    heads: list[list[int]]
+    punct: list[list[bool]]
+
+
+def tree_splits(sources: dict[str, SplitSource]) -> dict[str, TreeSplit]:
+    """Role -> the heads and punctuation of every sentence (CoNLL-U: HEAD, and UPOS PUNCT)."""
+    return {
+        role: TreeSplit(
+            heads=_field_values(source, TREE_FIELD),
+            punct=[[tag == PUNCT_TAG for tag in s] for s in _field_values(source, PUNCT_FIELD)],
+        )
+        for role, source in sources.items()
+    }
 
 
 def _field_values(source: SplitSource, name: str) -> list[list]:

@@ -117,6 +117,22 @@ class FeatureDataset:
             heads=None if heads is None else torch.tensor(flat_heads),
         )
 
+    def subset(self, sentences: Sequence[int]) -> FeatureDataset:
+        """The sentences ``sentences`` (indices, kept in the order given) of a token split."""
+        if self.heads is not None:
+            raise ValueError("subsets of pair splits are not supported (heads would move)")
+        starts = np.concatenate([[0], np.cumsum(self.sentence_lengths)])
+        rows = torch.from_numpy(
+            np.concatenate(
+                [np.arange(starts[i], starts[i + 1]) for i in sentences] or [np.zeros(0, int)]
+            ).astype(np.int64)
+        )
+        return FeatureDataset(
+            features=self.features.index_select(1, rows),
+            labels=self.labels[rows],
+            sentence_lengths=tuple(self.sentence_lengths[i] for i in sentences),
+        )
+
     @property
     def num_layers(self) -> int:
         return self.features.shape[0]
@@ -154,6 +170,10 @@ class ProbeConfig:
     patience: int = 2  # epochs without a better dev score before stopping
     layer_norm: bool = False  # normalize each layer before mixing (statistics per batch)
     l2_lambda: float = 0.0  # L2 penalty on the learned scalar-mix logits w
+    # An epoch takes at least this many training tokens, cycling through a small training set
+    # (learning curves) several times, so that 1% of a task still gets enough steps and no more
+    # dev evaluations than the full set. 0: one pass.
+    min_epoch_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -184,6 +204,9 @@ class ProbeResult:
     test_predictions: list[list[str]] = field(repr=False)  # predicted label per test token
     # Correctly labelled and all tokens per test sentence, for paired bootstrap tests.
     per_sentence_test: dict[str, list[int]] = field(repr=False)
+    # Further scores of the best state, written to metrics.json as they are (e.g. the structural
+    # probe's distance Spearman: {"dev_dspr": ..., "test_dspr": ...}).
+    extra: dict[str, float] = field(default_factory=dict)
 
 
 def train_probe(
@@ -245,7 +268,7 @@ def train_probe(
     for epoch in range(1, config.max_epochs + 1):
         model.train()
         total_loss = 0.0
-        for batch in torch.randperm(len(train.labels), generator=shuffle).split(config.batch_size):
+        for batch in _epoch_batches(len(train.labels), config, shuffle):
             logits = _logits(model, train_rows, train.heads, batch, precomputed)  # (batch, labels)
             loss = F.cross_entropy(logits, train.labels[batch]) + mixer.regularization()
             optimizer.zero_grad(set_to_none=True)
@@ -253,7 +276,8 @@ def train_probe(
             optimizer.step()
             total_loss += loss.item() * len(batch)
         dev_metric = _score(model, dev, dev_rows, precomputed, metric, vocabulary)[0]
-        history.append(EpochRecord(epoch, total_loss / len(train.labels), dev_metric))
+        seen = max(len(train.labels), config.min_epoch_tokens)
+        history.append(EpochRecord(epoch, total_loss / seen, dev_metric))
         if dev_metric > best_metric:
             best_metric, best_epoch = dev_metric, epoch
             best_state = copy.deepcopy(model.state_dict())
@@ -280,6 +304,16 @@ def train_probe(
             "total": list(test.sentence_lengths),
         },
     )
+
+
+def _epoch_batches(
+    tokens: int, config: ProbeConfig, shuffle: torch.Generator
+) -> list[torch.Tensor]:
+    """One epoch's minibatches of token indices: shuffled passes over the ``tokens`` training
+    tokens until at least ``config.min_epoch_tokens`` are drawn (one pass when there are more)."""
+    passes = max(1, -(-config.min_epoch_tokens // max(tokens, 1)))
+    order = torch.cat([torch.randperm(tokens, generator=shuffle) for _ in range(passes)])
+    return list(order.split(config.batch_size))
 
 
 def _check_compatible(
