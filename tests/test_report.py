@@ -72,11 +72,17 @@ def runs(tmp_path_factory) -> list[ProbeRun]:
 # --- collect ---------------------------------------------------------------------------------
 
 
-def test_collect_reads_every_run_and_lists_nothing_missing(tmp_path):
+def test_collect_reads_every_run_and_lists_the_newer_outputs_as_missing(tmp_path):
     artifacts = write_fake_artifacts(tmp_path, model=False)
     inputs = collect(artifacts / "bilm", artifacts / "bilm_random", artifacts / "probes")
     assert len(inputs.probes) == N_RUNS
-    assert inputs.missing == []
+    # A tree from before the token_only encoder, the structural probe and learning curves
+    # (test_report_extra.py: a complete tree lists nothing).
+    assert [line.split(":")[0] for line in inputs.missing] == [
+        "no probe runs on the token_only encoder",
+        f"no structural-probe results ({artifacts / 'probes' / 'structural'}/)",
+        "no learning-curve runs (<task>/<features>/<encoder>/seed<k>/fraction_<f>/)",
+    ]
     assert inputs.trained.curve["val_ppl"].shape == (40,)
     assert np.isnan(inputs.trained.curve["val_ppl"]).sum() == 32  # validation every 5th row
     wsd_mix = [r for r in inputs.probes if r.task == "wsd" and r.features == "scalar_mix"]

@@ -21,14 +21,24 @@ from matplotlib.figure import Figure
 
 from elmolab.fsutil import atomic_dir, write_json
 from elmolab.report import figures, writers
-from elmolab.report.collect import CONTROL_SUFFIX, SCALAR_MIX, Inputs, collect
+from elmolab.report.collect import (
+    CONTROL_SUFFIX,
+    MAIN_ENCODER,
+    SCALAR_MIX,
+    TOKEN_LAYER_ENCODER,
+    Inputs,
+    collect,
+)
 from elmolab.report.polysemy import PolysemyConfig, WordNeighbours, nearest_neighbours
 from elmolab.report.stats import (
     Cell,
     Comparison,
+    EncoderComparison,
     Selectivity,
+    compare_encoders,
     compare_mix_to_best_layer,
     group_cells,
+    learning_curve_cells,
     selectivities,
 )
 
@@ -84,6 +94,11 @@ class ReportData:
     cells: dict[tuple[str, str, str], Cell]
     comparisons: list[Comparison]
     selectivity: list[Selectivity]
+    # The trained biLM against its token layer under random LSTMs, per task and feature mode.
+    token_comparisons: list[EncoderComparison]
+    # (task, features, encoder, training fraction) -> runs, for the probe learning curves.
+    curve_cells: dict[tuple[str, str, str, float], Cell]
+    curve_comparisons: list[EncoderComparison]  # as token_comparisons, per training fraction
     polysemy: list[WordNeighbours]
     polysemy_layers: list[int]
     params_yaml: str
@@ -127,8 +142,10 @@ def gather(config: ReportConfig, title: str, params_yaml: str, seed: int, cwd: P
     inputs = collect(
         Path(config.inputs.bilm), Path(config.inputs.bilm_random), Path(config.inputs.probes)
     )
+    samples = config.significance.bootstrap_samples
     cells = group_cells(inputs.probes)
-    comparisons = compare_mix_to_best_layer(cells, config.significance.bootstrap_samples, seed)
+    curve_cells = learning_curve_cells(inputs.curves, cells)
+    comparisons = compare_mix_to_best_layer(cells, samples, seed)
     polysemy = _polysemy(config, inputs.missing) if config.polysemy.enabled else []
     return ReportData(
         title=title,
@@ -136,6 +153,13 @@ def gather(config: ReportConfig, title: str, params_yaml: str, seed: int, cwd: P
         cells=cells,
         comparisons=comparisons,
         selectivity=selectivities(cells),
+        token_comparisons=compare_encoders(
+            cells.values(), MAIN_ENCODER, TOKEN_LAYER_ENCODER, samples, seed
+        ),
+        curve_cells=curve_cells,
+        curve_comparisons=compare_encoders(
+            curve_cells.values(), MAIN_ENCODER, TOKEN_LAYER_ENCODER, samples, seed
+        ),
         polysemy=polysemy,
         polysemy_layers=config.polysemy.contextual_layers,
         params_yaml=params_yaml,
@@ -210,4 +234,6 @@ def _figures(data: ReportData) -> list[tuple[str, Figure]]:
         drawn.append(("mix_weights", figures.mix_weights(data.cells, mixed, encoders)))
     if data.selectivity:
         drawn.append(("selectivity", figures.selectivity_bars(data.selectivity, encoders)))
+    if data.curve_cells:
+        drawn.append(("probe_learning_curves", figures.probe_learning_curves(data.curve_cells)))
     return drawn

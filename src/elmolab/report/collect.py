@@ -8,8 +8,13 @@ Probe runs are found with a glob under the probes folder::
 
     <task>/<features>/<encoder>/seed<k>/metrics.json    seeded runs (every task but wsd)
     <task>/<features>/<encoder>/metrics.json            runs without seeds (wsd)
+    <task>/<features>/<encoder>/seed<k>/fraction_<f>/metrics.json
+                                                        learning-curve runs: the probe trained on
+                                                        a fraction f (0.01, 0.1) of the training
+                                                        sentences; the run above is f = 1
 
-and the file's ``task``, ``features``, ``encoder`` and ``seed`` must agree with its path.
+and the file's ``task``, ``features``, ``encoder``, ``seed`` and ``train_fraction`` must agree with
+its path (files without ``train_fraction`` predate learning curves: f = 1).
 """
 
 from __future__ import annotations
@@ -32,12 +37,43 @@ CURVE_COLUMNS = ("step", "tokens", "train_loss", "val_ppl", "val_ppl_fwd", "val_
 PPL_KEYS = ("ppl", "ppl_fwd", "ppl_bwd")
 
 # Display order; tasks, feature modes and encoders not listed here follow, sorted by name.
-TASK_ORDER = ("upos", "xpos", "chunk", "ner", "deplabel", "wsd", "upos_control")
+TASK_ORDER = (
+    "upos",
+    "xpos",
+    "chunk",
+    "ner",
+    "deplabel",
+    "deparc",
+    "structural",
+    "wsd",
+    "upos_control",
+)
 FEATURE_ORDER = ("layer0", "layer1", "layer2", "mean", "scalar_mix", "concat")
 ENCODER_ORDER = ("trained", "random", "token_only")
+MAIN_ENCODER = "trained"  # the pretrained biLM; every other encoder is a baseline to it
+# The trained biLM's token layer (char CNN, highway, projection) under random orthogonal LSTMs:
+# the baseline that isolates what pretraining the LSTMs added.
+TOKEN_LAYER_ENCODER = "token_only"
+ENCODER_LABELS = {
+    "trained": "trained biLM",
+    "random": "random init",
+    "token_only": "trained token layer + random LSTMs",
+}
+ENCODER_SHORT_LABELS = {  # where space is tight
+    "trained": "trained",
+    "random": "random",
+    "token_only": "token layer",
+}
+STRUCTURAL_TASK = "structural"  # the Hewitt and Manning (2019) structural probe
+FRACTION_PREFIX = "fraction_"  # learning-curve run folder: fraction_<f>
 SINGLE_LAYERS = ("layer0", "layer1", "layer2")
 SCALAR_MIX = "scalar_mix"
 CONTROL_SUFFIX = "_control"  # task "x_control" is the control task of task "x"
+
+
+def encoder_label(encoder: str, short: bool = False) -> str:
+    labels = ENCODER_SHORT_LABELS if short else ENCODER_LABELS
+    return labels.get(encoder, encoder)
 
 
 def ordered(names: set[str] | list[str], order: tuple[str, ...]) -> list[str]:
@@ -57,7 +93,10 @@ class PerSentence:
 @dataclass(frozen=True)
 class ProbeRun:
     """One probe run's ``metrics.json`` (``applicable`` False: the mode does not apply, no
-    metric; e.g. the learned scalar mix for WSD 1-NN)."""
+    metric; e.g. the learned scalar mix for WSD 1-NN).
+
+    ``extra`` holds the further split scores, ``dev_<name>`` and ``test_<name>`` (the structural
+    probe's ``dev_dspr``, ``test_dspr``)."""
 
     path: Path
     task: str
@@ -71,6 +110,9 @@ class ProbeRun:
     mix_weights: tuple[float, ...] | None = None
     gamma: float | None = None
     per_sentence_test: PerSentence | None = None
+    train_fraction: float = 1.0  # of the task's training sentences the probe saw
+    n_train_sentences: int | None = None
+    extra: dict[str, float] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -87,6 +129,7 @@ class Inputs:
     trained: Pretraining | None
     random: Pretraining | None
     probes: list[ProbeRun]
+    curves: list[ProbeRun] = field(default_factory=list)  # learning-curve runs (fraction < 1)
     missing: list[str] = field(default_factory=list)  # one sentence per missing input
 
 
@@ -96,6 +139,7 @@ def collect(bilm_dir: Path, random_dir: Path, probes_dir: Path) -> Inputs:
     trained = _read_pretraining(bilm_dir, "trained biLM", missing, with_curve=True)
     random = _read_pretraining(random_dir, "random-initialisation control", missing)
     probes = read_probe_runs(probes_dir) if probes_dir.is_dir() else []
+    curves = read_learning_curve_runs(probes_dir) if probes_dir.is_dir() else []
     if not probes:
         missing.append(f"no probe results under {probes_dir}/ (the probe stage has not run)")
     else:
@@ -103,11 +147,26 @@ def collect(bilm_dir: Path, random_dir: Path, probes_dir: Path) -> Inputs:
         tasks = {run.task for run in probes}
         if "random" not in encoders:
             missing.append("no probe runs on the random encoder: trained vs random is not shown")
+        if TOKEN_LAYER_ENCODER not in encoders:
+            missing.append(
+                f"no probe runs on the {TOKEN_LAYER_ENCODER} encoder: trained biLM vs trained "
+                "token layer is not shown"
+            )
         if "wsd" not in tasks:
             missing.append(f"no WSD results ({probes_dir / 'wsd'}/): WSD is not shown")
+        if STRUCTURAL_TASK not in tasks:
+            missing.append(
+                f"no structural-probe results ({probes_dir / STRUCTURAL_TASK}/): "
+                "the structural probe is not shown"
+            )
         if not any(task.endswith(CONTROL_SUFFIX) for task in tasks):
             missing.append("no control-task runs: selectivity is not shown")
-    return Inputs(trained, random, probes, missing)
+        if not curves:
+            missing.append(
+                "no learning-curve runs (<task>/<features>/<encoder>/seed<k>/"
+                f"{FRACTION_PREFIX}<f>/): probe learning curves are not shown"
+            )
+    return Inputs(trained, random, probes, curves, missing)
 
 
 def _read_pretraining(
@@ -165,8 +224,9 @@ def read_curve(path: Path) -> dict[str, np.ndarray]:
 
 
 def read_probe_runs(probes_dir: Path) -> list[ProbeRun]:
-    """Every probe run's ``metrics.json`` under ``probes_dir`` (the two layouts of the module
-    docstring; other files are not probe runs), validated against its path."""
+    """Every probe run's ``metrics.json`` under ``probes_dir`` on all the training data (the
+    first two layouts of the module docstring; other files are not probe runs), validated
+    against its path."""
     paths = [
         *probes_dir.glob(f"*/*/*/seed*/{METRICS_FILE}"),
         *probes_dir.glob(f"*/*/*/{METRICS_FILE}"),
@@ -174,9 +234,17 @@ def read_probe_runs(probes_dir: Path) -> list[ProbeRun]:
     return [read_probe_run(path, probes_dir) for path in sorted(paths)]
 
 
+def read_learning_curve_runs(probes_dir: Path) -> list[ProbeRun]:
+    """Every learning-curve run under ``probes_dir`` (``.../seed<k>/fraction_<f>/metrics.json``),
+    validated like :func:`read_probe_run`; ``train_fraction`` must be the folder's f."""
+    paths = probes_dir.glob(f"*/*/*/seed*/{FRACTION_PREFIX}*/{METRICS_FILE}")
+    return [read_probe_run(path, probes_dir) for path in sorted(paths)]
+
+
 def read_probe_run(path: Path, probes_dir: Path) -> ProbeRun:
     data = _load_json_object(path)
-    parts = path.relative_to(probes_dir).parts[:-1]  # task, features, encoder[, seed<k>]
+    # task, features, encoder[, seed<k>[, fraction_<f>]]
+    parts = path.relative_to(probes_dir).parts[:-1]
     task = _require(data, "task", str, path)
     features = _require(data, "features", str, path)
     encoder = _require(data, "encoder", str, path)
@@ -188,8 +256,23 @@ def read_probe_run(path: Path, probes_dir: Path) -> ProbeRun:
             "disagree with the file's path",
             path,
         )
+    train_fraction = _train_fraction(data, parts[4] if len(parts) == 5 else None, path)
+    n_train_sentences = (
+        _require(data, "n_train_sentences", int, path, nullable=True)
+        if "n_train_sentences" in data
+        else None
+    )
     if data.get("applicable", True) is False:
-        return ProbeRun(path, task, features, encoder, seed, applicable=False)
+        return ProbeRun(
+            path,
+            task,
+            features,
+            encoder,
+            seed,
+            applicable=False,
+            train_fraction=train_fraction,
+            n_train_sentences=n_train_sentences,
+        )
     weights = (
         _require(data, "mix_weights", list, path, nullable=True) if "mix_weights" in data else None
     )
@@ -207,7 +290,50 @@ def read_probe_run(path: Path, probes_dir: Path) -> ProbeRun:
         else tuple(_as_float(w, "mix_weights", path) for w in weights),
         gamma=_require(data, "gamma", float, path, nullable=True) if "gamma" in data else None,
         per_sentence_test=_per_sentence(data.get("per_sentence_test"), path),
+        train_fraction=train_fraction,
+        n_train_sentences=n_train_sentences,
+        extra=_extra_scores(data, path),
     )
+
+
+def _train_fraction(data: Mapping[str, Any], folder: str | None, path: Path) -> float:
+    """The run's ``train_fraction``: that of its ``fraction_<f>`` folder, else 1."""
+    if folder is None:
+        fraction = (
+            _require(data, "train_fraction", float, path) if "train_fraction" in data else 1.0
+        )
+        if fraction != 1.0:
+            raise ElmolabError(
+                f"train_fraction {fraction} outside a {FRACTION_PREFIX}<f>/ folder "
+                "(runs on all the training data have 1.0)",
+                path,
+            )
+        return fraction
+    try:
+        path_fraction = float(folder.removeprefix(FRACTION_PREFIX))
+    except ValueError:
+        path_fraction = math.nan
+    if not 0.0 < path_fraction < 1.0:
+        raise ElmolabError(
+            f"folder {folder!r} should be {FRACTION_PREFIX}<f> with 0 < f < 1 (e.g. "
+            f"{FRACTION_PREFIX}0.1)",
+            path,
+        )
+    fraction = _require(data, "train_fraction", float, path)
+    if not math.isclose(fraction, path_fraction, rel_tol=1e-9):
+        raise ElmolabError(
+            f"train_fraction {fraction} disagrees with the file's path ({folder})", path
+        )
+    return path_fraction
+
+
+def _extra_scores(data: Mapping[str, Any], path: Path) -> dict[str, float]:
+    """The ``dev_<name>``/``test_<name>`` scores (numbers, or null for none) beyond dev/test."""
+    return {
+        key: _as_float(value, key, path)
+        for key, value in data.items()
+        if key.startswith(("dev_", "test_")) and value is not None
+    }
 
 
 def _per_sentence(value: Any, path: Path) -> PerSentence | None:

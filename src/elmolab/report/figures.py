@@ -1,7 +1,7 @@
 """The report's figures, drawn with matplotlib's object API (no pyplot, no GUI backend).
 
 Scores are shown in percent. Colours mean the same thing in every figure: the trained biLM is
-blue, the random-initialisation control grey.
+blue, the random-initialisation control grey, the trained token layer under random LSTMs orange.
 """
 
 from __future__ import annotations
@@ -12,14 +12,37 @@ import math
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import NullFormatter, StrMethodFormatter
+from matplotlib.ticker import NullFormatter, NullLocator, StrMethodFormatter
 
-from elmolab.report.collect import FEATURE_ORDER, SCALAR_MIX, SINGLE_LAYERS, Pretraining, ordered
+from elmolab.report.collect import (
+    ENCODER_ORDER,
+    FEATURE_ORDER,
+    SCALAR_MIX,
+    SINGLE_LAYERS,
+    Pretraining,
+    encoder_label,
+    ordered,
+)
 from elmolab.report.stats import Cell, Selectivity
 
 ENCODER_COLORS = {"trained": "#1f5fa8", "random": "#a0a0a0", "token_only": "#e08a2c"}
 OTHER_COLOR = "#6a3d9a"
+# Learning curves: a feature mode's marker and line style (the encoder is the colour).
+FEATURE_STYLES = {
+    "layer0": ("o", ":"),
+    "layer1": ("s", "-"),
+    "layer2": ("^", "-"),
+    "mean": ("D", "--"),
+    "scalar_mix": ("*", "-."),
+    "concat": ("v", "--"),
+}
+OTHER_STYLE = ("x", "-")
+# Neighbouring lines' points sit this many decades apart so that their error bars stay apart,
+# all of them within CURVE_SPREAD decades (a tenth of the 1%-10% step per side).
+CURVE_DODGE = 0.025
+CURVE_SPREAD = 0.2
 BAR_GROUP_WIDTH = 0.8  # of one feature mode's bars together, in x units
 CURVES = {  # curve.csv column: (label, colour, line width)
     "val_ppl": ("mean of both directions", "#1f5fa8", 2.4),
@@ -47,7 +70,7 @@ def _tidy(axis: Axes, grid_axis: str = "both") -> None:
 
 def _encoder_legend(encoders: list[str]) -> tuple[list[Rectangle], list[str]]:
     handles = [Rectangle((0, 0), 1, 1, color=encoder_color(e)) for e in encoders]
-    return handles, [f"{e} encoder" for e in encoders]
+    return handles, [encoder_label(e) for e in encoders]
 
 
 def _bar_x(feature: int, encoder: int, n_encoders: int) -> float:
@@ -206,7 +229,7 @@ def heatmap(cells: Cells, tasks: list[str], encoders: list[str]) -> Figure:
                 )
         axis.set_xticks(range(len(features)), features, rotation=30, ha="right", fontsize=9)
         axis.set_yticks(range(len(tasks)), tasks if e == 0 else [""] * len(tasks), fontsize=9)
-        axis.set_title(f"{encoder} encoder", fontsize=11)
+        axis.set_title(encoder_label(encoder), fontsize=11)
     return figure
 
 
@@ -243,7 +266,7 @@ def mix_weights(cells: Cells, tasks: list[str], encoders: list[str]) -> Figure:
             range(len(SINGLE_LAYERS)), ["layer 0\n(char CNN)", "layer 1", "layer 2"], fontsize=9
         )
         axis.set_yticks(range(len(tasks)), tasks if e == 0 else [""] * len(tasks), fontsize=9)
-        axis.set_title(f"{encoder} encoder", fontsize=11)
+        axis.set_title(encoder_label(encoder), fontsize=11)
     return figure
 
 
@@ -276,4 +299,78 @@ def selectivity_bars(selectivity: list[Selectivity], encoders: list[str]) -> Fig
         axis.set_title(f"{task}: accuracy minus {task}_control accuracy", fontsize=11)
         axis.legend(*_encoder_legend(encoders), frameon=False, fontsize=8)
         _tidy(axis, "y")
+    return figure
+
+
+def probe_learning_curves(curve_cells: dict[tuple[str, str, str, float], Cell]) -> Figure:
+    """Per task, the test metric against the fraction of training sentences (log axis): a line
+    per encoder (colour) and feature mode (marker, line style), error bars one standard deviation
+    over seeds. One legend for all panels."""
+    tasks = list(dict.fromkeys(key[0] for key in curve_cells))
+    lines = list(dict.fromkeys(key[1:3] for key in curve_cells))  # (features, encoder)
+    fractions = sorted({key[3] for key in curve_cells})
+    columns = min(3, len(tasks))
+    rows = math.ceil(len(tasks) / columns)
+    # at least as wide as the one-row legend
+    figure = Figure(figsize=(max(4.6 * columns, 9.0), 3.4 * rows + 0.8), layout="constrained")
+    axes = list(figure.subplots(rows, columns, squeeze=False).flat)
+    step = min(CURVE_DODGE, CURVE_SPREAD / max(len(lines) - 1, 1))
+    for axis, task in zip(axes, tasks, strict=False):
+        for n, (features, encoder) in enumerate(lines):
+            points = [
+                (x, cell)
+                for x in fractions
+                if (cell := curve_cells.get((task, features, encoder, x))) is not None and cell.n
+            ]
+            if not points:
+                continue
+            dodge = 10 ** (step * (n - (len(lines) - 1) / 2))
+            x = np.array([fraction for fraction, _ in points]) * dodge  # (points,)
+            mean = np.array([100 * cell.mean for _, cell in points])  # (points,)
+            std = np.array([0.0 if cell.n < 2 else 100 * cell.std for _, cell in points])
+            marker, style = FEATURE_STYLES.get(features, OTHER_STYLE)
+            axis.errorbar(
+                x,
+                mean,
+                yerr=std,
+                color=encoder_color(encoder),
+                marker=marker,
+                linestyle=style,
+                markersize=5,
+                linewidth=1.4,
+                capsize=2,
+            )
+        metric = next(
+            (c.metric for (t, _, _, _), c in curve_cells.items() if t == task and c.metric), ""
+        )
+        axis.set_xscale("log")
+        axis.set_xticks(fractions, [f"{100 * x:g}%" for x in fractions])
+        axis.xaxis.set_minor_locator(NullLocator())
+        axis.set_xlim(min(fractions) / 1.6, max(fractions) * 1.6)
+        axis.set(xlabel="training sentences (log scale)", ylabel="test score (%)")
+        axis.set_title(f"{task} ({metric.replace('_', ' ')})", fontsize=11)
+        _tidy(axis)
+    for axis in axes[len(tasks) :]:
+        axis.set_visible(False)
+    encoders = ordered({encoder for _, encoder in lines}, ENCODER_ORDER)
+    modes = ordered({features for features, _ in lines}, FEATURE_ORDER)
+    handles = [Line2D([], [], color=encoder_color(e), linewidth=3) for e in encoders]
+    handles += [
+        Line2D(
+            [],
+            [],
+            color="black",
+            marker=FEATURE_STYLES.get(m, OTHER_STYLE)[0],
+            linestyle=FEATURE_STYLES.get(m, OTHER_STYLE)[1],
+        )
+        for m in modes
+    ]
+    figure.legend(
+        handles,
+        [encoder_label(e) for e in encoders] + modes,
+        loc="outside upper center",
+        ncol=len(handles),  # one row: the encoders (colours), then the modes (markers)
+        frameon=False,
+        fontsize=9,
+    )
     return figure

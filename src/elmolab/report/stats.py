@@ -1,5 +1,7 @@
 """Statistics over probe runs: mean and spread over seeds, the best single layer against the
-learned scalar mix with a significance test, and selectivity against the control task.
+learned scalar mix with a significance test, one encoder against another (the trained biLM
+against its token layer under random LSTMs) on the same task, feature mode and training fraction
+with the same test, and selectivity against the control task.
 
 Significance of "scalar mix minus best single layer" on the test set, per task and encoder:
 
@@ -11,14 +13,15 @@ Significance of "scalar mix minus best single layer" on the test set, per task a
 - otherwise a paired t-test over seeds (span F1 tasks), with at least 2 seeds in common;
 - otherwise no test (a single run each, as WSD 1-NN, which has no scalar mix anyway).
 
-The best single layer is chosen on dev (mean over seeds), never on test.
+The best single layer is chosen on dev (mean over seeds), never on test. Encoders are compared
+the same way, pairing their runs by seed (and test sentence).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,6 +61,17 @@ class Cell:
         return [run.seed for run in self.runs]
 
     @property
+    def train_fraction(self) -> float:
+        return self.runs[0].train_fraction
+
+    @property
+    def n_train_sentences(self) -> int | None:
+        """The training sentences of the first run that says (every seed sees as many)."""
+        return next(
+            (r.n_train_sentences for r in self.runs if r.n_train_sentences is not None), None
+        )
+
+    @property
     def test(self) -> np.ndarray:
         return np.array([run.test for run in self.runs if run.test is not None], dtype=float)
 
@@ -93,6 +107,14 @@ class Cell:
         gammas = [run.gamma for run in self.runs if run.gamma is not None]
         return float(np.mean(gammas)) if gammas else None
 
+    def extra(self, key: str) -> np.ndarray:
+        """The runs' ``extra[key]`` (e.g. ``test_dspr``), (runs that have it,)."""
+        return np.array([run.extra[key] for run in self.runs if key in run.extra], dtype=float)
+
+    @property
+    def extra_keys(self) -> list[str]:
+        return sorted({key for run in self.runs for key in run.extra})
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -117,6 +139,39 @@ class Comparison:
         if self.p_value >= alpha:
             return "no significant difference"
         return "mix better" if self.difference > 0 else "best layer better"
+
+
+@dataclass(frozen=True)
+class EncoderComparison:
+    """``encoder`` against ``baseline`` on one task, feature mode and training fraction."""
+
+    task: str
+    features: str
+    train_fraction: float
+    cell: Cell  # the encoder's runs
+    baseline_cell: Cell
+    difference: float  # mean test metric, encoder minus baseline
+    p_value: float | None
+    method: str  # how p_value was computed, or why there is none
+
+    @property
+    def encoder(self) -> str:
+        return self.cell.encoder
+
+    @property
+    def baseline(self) -> str:
+        return self.baseline_cell.encoder
+
+    def significant(self, alpha: float) -> bool | None:
+        return None if self.p_value is None else self.p_value < alpha
+
+    def verdict(self, alpha: float) -> str:
+        """Whether the encoder is "better" or "worse" than the baseline, or why neither."""
+        if self.p_value is None:
+            return "not testable"
+        if self.p_value >= alpha:
+            return "no significant difference"
+        return "better" if self.difference > 0 else "worse"
 
 
 @dataclass(frozen=True)
@@ -154,6 +209,55 @@ def group_cells(runs: Iterable[ProbeRun]) -> dict[tuple[str, str, str], Cell]:
         for e in encoders
         if (t, f, e) in groups
     }
+
+
+def learning_curve_cells(
+    curve_runs: Iterable[ProbeRun], cells: Mapping[tuple[str, str, str], Cell]
+) -> dict[tuple[str, str, str, float], Cell]:
+    """Runs grouped by (task, features, encoder, training fraction), fractions ascending; every
+    (task, features, encoder) with learning-curve runs gets its runs on all the data (from
+    ``cells``) as fraction 1."""
+    groups: dict[tuple[str, str, str, float], list[ProbeRun]] = defaultdict(list)
+    for run in curve_runs:
+        groups[run.task, run.features, run.encoder, run.train_fraction].append(run)
+    for task, features, encoder in {key[:3] for key in groups}:
+        full = cells.get((task, features, encoder))
+        if full is not None:
+            groups[task, features, encoder, full.train_fraction] = list(full.runs)
+    tasks = ordered({key[0] for key in groups}, TASK_ORDER)
+    features = ordered({key[1] for key in groups}, FEATURE_ORDER)
+    encoders = ordered({key[2] for key in groups}, ENCODER_ORDER)
+    fractions = sorted({key[3] for key in groups})
+    return {
+        (t, f, e, x): Cell(t, f, e, tuple(sorted(groups[t, f, e, x], key=lambda r: r.seed or 0)))
+        for t in tasks
+        for f in features
+        for e in encoders
+        for x in fractions
+        if (t, f, e, x) in groups
+    }
+
+
+def compare_encoders(
+    cells: Iterable[Cell], encoder: str, baseline: str, bootstrap_samples: int, seed: int
+) -> list[EncoderComparison]:
+    """``encoder`` against ``baseline`` for every task (control tasks excluded), feature mode and
+    training fraction where both have applicable runs, in the order of ``cells``."""
+    by_key = {(c.task, c.features, c.train_fraction, c.encoder): c for c in cells}
+    comparisons = []
+    for (task, features, fraction, name), cell in by_key.items():
+        base = by_key.get((task, features, fraction, baseline))
+        if name != encoder or base is None or task.endswith(CONTROL_SUFFIX):
+            continue
+        if not (cell.applicable and base.applicable and cell.n and base.n):
+            continue
+        p_value, method = paired_test(base.runs, cell.runs, bootstrap_samples, seed)
+        comparisons.append(
+            EncoderComparison(
+                task, features, fraction, cell, base, cell.mean - base.mean, p_value, method
+            )
+        )
+    return comparisons
 
 
 def compare_mix_to_best_layer(

@@ -9,14 +9,21 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from elmolab.report.collect import FEATURE_ORDER, SCALAR_MIX, ordered
-from elmolab.report.stats import Cell, Comparison
+import numpy as np
+
+from elmolab.report.collect import (
+    FEATURE_ORDER,
+    MAIN_ENCODER,
+    SCALAR_MIX,
+    STRUCTURAL_TASK,
+    encoder_label,
+    ordered,
+)
+from elmolab.report.stats import Cell, Comparison, EncoderComparison
 
 if TYPE_CHECKING:
     from elmolab.report.build import ReportData
 
-MAIN_ENCODER = "trained"
-CONTROL_ENCODER = "random"
 # A layer order counts as a tie when the two means differ by no more than the larger standard
 # deviation over seeds, or than this (a tenth of a point) for methods without seeds.
 TIE_MARGIN = 0.001
@@ -27,10 +34,21 @@ PAPER_LAYER_ORDERS = {  # task: (better layer, worse layer, the paper's numbers)
 VERDICT_CLASSES = {
     "mix better": "good",
     "best layer better": "bad",
+    "better": "good",  # an encoder comparison: the main encoder better than the baseline
+    "worse": "bad",
     "no significant difference": "neutral",
     "not testable": "neutral",
     "n/a": "neutral",
 }
+DSPR_KEY = "test_dspr"  # the structural probe's distance Spearman correlation, test set
+# Hewitt and Manning (2019), Table 1: ELMo on the PTB, UUAS of layer 0 and layer 1.
+STRUCTURAL_REFERENCE = {"layer0": 0.268, "layer1": 0.770}
+STRUCTURAL_CAPTION = (
+    "UUAS: undirected unlabelled attachment score of the minimum spanning tree of the probe's "
+    "predicted distances; DSpr: Spearman correlation of the predicted with the gold tree "
+    "distances. Published ELMo reference (Hewitt and Manning 2019, PTB): layer 0 26.8 UUAS, "
+    "layer 1 77.0 UUAS."
+)
 
 
 def pct(value: float | None, signed: bool = False) -> str:
@@ -45,6 +63,12 @@ def p_text(p_value: float | None) -> str:
     return "< 0.001" if p_value < 0.001 else f"{p_value:.3f}"
 
 
+def p_equals(p_value: float | None) -> str:
+    """The p-value as "p = 0.012" or "p < 0.001"."""
+    text = p_text(p_value)
+    return f"p {text}" if text.startswith("<") else f"p = {text}"
+
+
 def mean_std(cell: Cell | None) -> str:
     if cell is None:
         return "–"
@@ -55,10 +79,41 @@ def mean_std(cell: Cell | None) -> str:
     return pct(cell.mean) if cell.n == 1 else f"{pct(cell.mean)} ± {pct(cell.std)}"
 
 
+METRIC_LABELS = {
+    "accuracy": "accuracy",
+    "span_f1": "span F1",
+    "f1": "F1",
+    "uas": "UAS (attachment accuracy)",
+    "uuas": "UUAS (undirected attachment)",
+}
+
+
 def metric_label(metric: str | None) -> str:
-    return {"accuracy": "accuracy", "span_f1": "span F1", "f1": "F1"}.get(
-        metric or "", metric or ""
-    )
+    return METRIC_LABELS.get(metric or "", metric or "")
+
+
+def fraction_text(fraction: float) -> str:
+    """0.01 -> "1%"."""
+    return f"{100 * fraction:g}%"
+
+
+def correlation(values: np.ndarray) -> str:
+    """Mean ± std (over seeds) of a correlation, three decimals; "–" for none."""
+    if not len(values):
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{values.mean():.3f} ± {values.std(ddof=1):.3f}"
+
+
+@dataclass(frozen=True)
+class BaselineScores:
+    """A baseline encoder's numbers beside the main encoder's in the headline."""
+
+    encoder: str
+    best: str  # "layer0 80.12" or "–"
+    mix: str
+    gain: str  # main encoder's best layer minus the baseline's best layer, points
 
 
 @dataclass(frozen=True)
@@ -73,14 +128,12 @@ class HeadlineRow:
     verdict: str
     verdict_class: str  # good, bad, neutral
     method: str
-    random_best: str  # "layer0 80.12" or "–"
-    random_mix: str
-    gain_over_random: str  # trained best layer minus random best layer, points
+    baselines: list[BaselineScores]  # one per baseline encoder, in display order
 
 
 def headline(data: ReportData) -> list[HeadlineRow]:
-    """Per task: the best single layer against the scalar mix, for the main encoder; the
-    random encoder's numbers beside them."""
+    """Per task: the best single layer against the scalar mix, for the main encoder; every
+    baseline encoder's numbers beside them."""
     main = main_encoder(data)
     by_key = {(c.task, c.encoder): c for c in data.comparisons}
     rows = []
@@ -88,12 +141,21 @@ def headline(data: ReportData) -> list[HeadlineRow]:
         comparison = by_key.get((task, main))
         if comparison is None:
             continue
-        control = by_key.get((task, CONTROL_ENCODER)) if main != CONTROL_ENCODER else None
         verdict = comparison.verdict(data.significance.alpha)
-        gain = None if control is None else comparison.best_layer.mean - control.best_layer.mean
-        random_best = "–"
-        if control is not None:
-            random_best = f"{control.best_layer.features} {pct(control.best_layer.mean)}"
+        baselines = []
+        for encoder in baseline_encoders(data):
+            control = by_key.get((task, encoder))
+            if control is None:
+                baselines.append(BaselineScores(encoder, "–", "–", "–"))
+                continue
+            baselines.append(
+                BaselineScores(
+                    encoder,
+                    best=f"{control.best_layer.features} {pct(control.best_layer.mean)}",
+                    mix="–" if control.mix is None else pct(control.mix.mean),
+                    gain=pct(comparison.best_layer.mean - control.best_layer.mean, signed=True),
+                )
+            )
         rows.append(
             HeadlineRow(
                 task=task,
@@ -106,9 +168,7 @@ def headline(data: ReportData) -> list[HeadlineRow]:
                 verdict=verdict,
                 verdict_class=VERDICT_CLASSES[verdict],
                 method=comparison.method,
-                random_best=random_best,
-                random_mix="–" if control is None or control.mix is None else pct(control.mix.mean),
-                gain_over_random=pct(gain, signed=True),
+                baselines=baselines,
             )
         )
     return rows
@@ -117,6 +177,175 @@ def headline(data: ReportData) -> list[HeadlineRow]:
 def main_encoder(data: ReportData) -> str:
     encoders = data.encoders
     return MAIN_ENCODER if MAIN_ENCODER in encoders or not encoders else encoders[0]
+
+
+def baseline_encoders(data: ReportData) -> list[str]:
+    """Every encoder but the main one, in display order."""
+    main = main_encoder(data)
+    return [encoder for encoder in data.encoders if encoder != main]
+
+
+def encoder_verdict(comparison: EncoderComparison, alpha: float) -> tuple[str, str]:
+    """(display text, badge class) of an encoder comparison's verdict."""
+    verdict = comparison.verdict(alpha)
+    winner = {"better": comparison.encoder, "worse": comparison.baseline}.get(verdict)
+    text = verdict if winner is None else f"{encoder_label(winner, short=True)} better"
+    return text, VERDICT_CLASSES[verdict]
+
+
+@dataclass(frozen=True)
+class EncoderRow:
+    task: str
+    features: str
+    value: str  # the main encoder's "95.21 ± 0.10"
+    baseline_value: str
+    difference: str  # "+0.22", points
+    p_value: str
+    verdict: str
+    verdict_class: str  # good, bad, neutral
+    method: str
+
+
+def trained_vs_token_layer(data: ReportData) -> list[EncoderRow]:
+    """Per task and feature mode: the trained biLM against its token layer under random LSTMs,
+    on all the training data."""
+    alpha = data.significance.alpha
+    rows = []
+    for c in data.token_comparisons:
+        verdict, verdict_class = encoder_verdict(c, alpha)
+        rows.append(
+            EncoderRow(
+                task=c.task,
+                features=c.features,
+                value=mean_std(c.cell),
+                baseline_value=mean_std(c.baseline_cell),
+                difference=pct(c.difference, signed=True),
+                p_value=p_text(c.p_value),
+                verdict=verdict,
+                verdict_class=verdict_class,
+                method=c.method,
+            )
+        )
+    return rows
+
+
+def _token_finding(data: ReportData) -> list[str]:
+    """Where the trained biLM beats its own token layer under random LSTMs, significantly."""
+    alpha = data.significance.alpha
+    compared: dict[str, list[str]] = {}  # task: its compared feature modes
+    groups: dict[str, dict[str, list[str]]] = {}  # verdict: task: feature modes
+    for c in data.token_comparisons:
+        compared.setdefault(c.task, []).append(c.features)
+        groups.setdefault(c.verdict(alpha), {}).setdefault(c.task, []).append(c.features)
+    names = {
+        "better": "significantly better on",
+        "no significant difference": "not significant on",
+        "worse": "significantly worse on",
+        "not testable": "not testable on",
+    }
+
+    def where(task: str, modes: list[str]) -> str:
+        everywhere = len(modes) > 1 and modes == compared[task]
+        return f"{task} ({'all modes' if everywhere else ', '.join(modes)})"
+
+    parts = [
+        f"{name} {', '.join(where(task, modes) for task, modes in tasks.items())}"
+        for verdict, name in names.items()
+        if (tasks := groups.get(verdict))
+    ]
+    if not parts:
+        return []
+    return [f"Trained biLM vs its token layer with random LSTMs (p < {alpha}): {'; '.join(parts)}."]
+
+
+@dataclass(frozen=True)
+class CurveRow:
+    task: str
+    features: str
+    label: str  # the encoder, or "trained − token layer" for the difference row
+    values: list[str]  # one per training fraction: "95.21 ± 0.10", or "+1.20 *"
+    titles: list[str]  # hover text per value: the test and its p-value, or ""
+    difference: bool  # a difference row
+
+
+def learning_curve_fractions(data: ReportData) -> list[float]:
+    return sorted({key[3] for key in data.curve_cells})
+
+
+def learning_curve_table(data: ReportData) -> list[CurveRow]:
+    """Per task and feature mode with learning curves: each encoder's score at each training
+    fraction, then the trained − token layer difference at each fraction, marked * where the
+    paired test finds it significant."""
+    alpha = data.significance.alpha
+    fractions = learning_curve_fractions(data)
+    by_key = {(c.task, c.features, c.train_fraction): c for c in data.curve_comparisons}
+    rows = []
+    for task, features in dict.fromkeys(key[:2] for key in data.curve_cells):
+        # curve_cells is in display order; an encoder may have curves and no other runs
+        encoders = dict.fromkeys(e for t, f, e, _ in data.curve_cells if (t, f) == (task, features))
+        for encoder in encoders:
+            values = [
+                mean_std(data.curve_cells.get((task, features, encoder, x))) for x in fractions
+            ]
+            rows.append(
+                CurveRow(task, features, encoder, values, [""] * len(fractions), difference=False)
+            )
+        comparisons = [by_key.get((task, features, x)) for x in fractions]
+        if any(comparisons):
+            first = next(c for c in comparisons if c is not None)
+            label = (
+                f"{encoder_label(first.encoder, short=True)} − "
+                f"{encoder_label(first.baseline, short=True)}"
+            )
+            rows.append(
+                CurveRow(
+                    task,
+                    features,
+                    label,
+                    [_marked_difference(c, alpha) for c in comparisons],
+                    [
+                        "" if c is None else f"{p_equals(c.p_value)}; {c.method}"
+                        for c in comparisons
+                    ],
+                    difference=True,
+                )
+            )
+    return rows
+
+
+def _marked_difference(comparison: EncoderComparison | None, alpha: float) -> str:
+    if comparison is None:
+        return "–"
+    mark = {True: " *", False: "", None: " (untested)"}[comparison.significant(alpha)]
+    return pct(comparison.difference, signed=True) + mark
+
+
+@dataclass(frozen=True)
+class StructuralRow:
+    features: str
+    encoder: str
+    uuas: str  # "77.00 ± 0.20"
+    dspr: str  # "0.812 ± 0.004"
+    reference: str  # the published ELMo UUAS of this layer (trained biLM rows), or ""
+
+
+def structural_table(data: ReportData) -> list[StructuralRow]:
+    """The structural probe's UUAS and DSpr (test set) per feature mode and encoder."""
+    rows = []
+    for (task, features, encoder), cell in data.cells.items():
+        if task != STRUCTURAL_TASK:
+            continue
+        reference = STRUCTURAL_REFERENCE.get(features) if encoder == MAIN_ENCODER else None
+        rows.append(
+            StructuralRow(
+                features=features,
+                encoder=encoder,
+                uuas=mean_std(cell),
+                dspr=correlation(cell.extra(DSPR_KEY)) if cell.applicable else "n/a",
+                reference="" if reference is None else pct(reference),
+            )
+        )
+    return rows
 
 
 @dataclass(frozen=True)
@@ -231,17 +460,22 @@ def findings(data: ReportData) -> list[str]:
             f"{'; '.join(parts)}."
         )
     by_key = {(c.task, c.encoder): c for c in data.comparisons}
-    gains = [
-        (task, by_key[task, main].best_layer.mean - by_key[task, CONTROL_ENCODER].best_layer.mean)
-        for task in data.tasks
-        if main != CONTROL_ENCODER and (task, main) in by_key and (task, CONTROL_ENCODER) in by_key
-    ]
-    if gains:
-        lines.append(
-            f"Trained vs random encoder: the trained biLM's best layer beats the random "
-            f"control's on {sum(gain > 0 for _, gain in gains)} of {len(gains)} tasks "
-            f"({', '.join(f'{task} {pct(gain, signed=True)}' for task, gain in gains)} points)."
-        )
+    for baseline in baseline_encoders(data):
+        gains = [
+            (task, by_key[task, main].best_layer.mean - by_key[task, baseline].best_layer.mean)
+            for task in data.tasks
+            if (task, main) in by_key and (task, baseline) in by_key
+        ]
+        if gains:
+            name = encoder_label(main)
+            lines.append(
+                f"{name[0].upper()}{name[1:]} vs {encoder_label(baseline)}, best single layer "
+                f"each: {encoder_label(main, short=True)} ahead on "
+                f"{sum(gain > 0 for _, gain in gains)} of {len(gains)} tasks "
+                f"({', '.join(f'{task} {pct(gain, signed=True)}' for task, gain in gains)} "
+                "points)."
+            )
+    lines += _token_finding(data)
     if rows:
         lines.append(
             "Best single layer (chosen on dev): "

@@ -13,8 +13,9 @@ import jinja2
 import numpy as np
 
 from elmolab.report import tables
-from elmolab.report.collect import FEATURE_ORDER, ordered
+from elmolab.report.collect import FEATURE_ORDER, STRUCTURAL_TASK, encoder_label, ordered
 from elmolab.report.polysemy import Target
+from elmolab.report.stats import Cell, EncoderComparison
 
 if TYPE_CHECKING:
     from elmolab.report.build import ReportData
@@ -24,6 +25,13 @@ SIGNIFICANCE_METHOD = (
     "Scalar mix vs the best single layer (chosen on dev), test set: a paired bootstrap over "
     "test sentences when per-sentence counts exist (accuracy tasks), else a paired t-test over "
     "seeds; two-sided, significant when p < {alpha}."
+)
+ENCODER_METHOD = (
+    "Trained biLM minus its trained token layer (char CNN, highway, projection) under random "
+    "orthogonal LSTMs, same task, features and seeds, test set: a paired bootstrap over test "
+    "sentences when per-sentence counts exist, else a paired t-test over seeds; two-sided, "
+    "significant when p < {alpha}. On layer0 both encoders have the same features by "
+    "construction, so the difference there is 0."
 )
 FIGURE_CAPTIONS = {
     "pretraining_curves": "Pretraining: validation perplexity of each direction and their "
@@ -38,6 +46,9 @@ FIGURE_CAPTIONS = {
     "seeds; γ: the learned scale), as in Figure 2 of the ELMo paper.",
     "selectivity": "Selectivity: task accuracy minus control-task accuracy of the same probe "
     "on the same features (Hewitt and Liang 2019), mean and std over seeds.",
+    "probe_learning_curves": "Probe learning curves: test score against the fraction of the "
+    "task's training sentences the probe saw (log scale), per encoder (colour) and feature mode "
+    "(marker and line style); error bars: one standard deviation over seeds.",
 }
 
 
@@ -71,7 +82,17 @@ def render_html(data: ReportData, pngs: dict[str, bytes], embed: bool) -> str:
             results=tables.results_table(data),
             pretraining=tables.pretraining_table(data),
             selectivity=tables.selectivity_table(data),
+            token_rows=tables.trained_vs_token_layer(data),
+            curve_fractions=[
+                tables.fraction_text(x) for x in tables.learning_curve_fractions(data)
+            ],
+            curve_rows=tables.learning_curve_table(data),
+            structural=tables.structural_table(data),
+            structural_caption=tables.STRUCTURAL_CAPTION,
+            labels={e: encoder_label(e) for e in data.encoders},
+            short_labels={e: encoder_label(e, short=True) for e in data.encoders},
             method=SIGNIFICANCE_METHOD.format(alpha=data.significance.alpha),
+            encoder_method=ENCODER_METHOD.format(alpha=data.significance.alpha),
         )
     )
 
@@ -84,6 +105,8 @@ def render_markdown(data: ReportData, pngs: dict[str, bytes]) -> str:
     out += ["## Main result", "", *[f"- {line}" for line in tables.findings(data)], ""]
     headline = tables.headline(data)
     if headline:
+        main = encoder_label(tables.main_encoder(data), short=True)
+        baselines = [encoder_label(e, short=True) for e in tables.baseline_encoders(data)]
         out += _md_table(
             [
                 "task",
@@ -92,9 +115,11 @@ def render_markdown(data: ReportData, pngs: dict[str, bytes]) -> str:
                 "mix − layer",
                 "p",
                 "verdict",
-                "random: best layer",
-                "random: mix",
-                "trained − random",
+                *(
+                    column
+                    for name in baselines
+                    for column in (f"{name}: best layer", f"{name}: mix", f"{main} − {name}")
+                ),
             ],
             [
                 [
@@ -104,15 +129,52 @@ def render_markdown(data: ReportData, pngs: dict[str, bytes]) -> str:
                     r.difference,
                     r.p_value,
                     r.verdict,
-                    r.random_best,
-                    r.random_mix,
-                    r.gain_over_random,
+                    *(value for b in r.baselines for value in (b.best, b.mix, b.gain)),
                 ]
                 for r in headline
             ],
         )
         out += ["", SIGNIFICANCE_METHOD.format(alpha=data.significance.alpha), ""]
     out += [f"![{name}](figures/{name}.png)" for name in pngs] + [""]
+    token_rows = tables.trained_vs_token_layer(data)
+    if token_rows:
+        out += ["## Trained biLM vs trained token layer", ""]
+        out += _md_table(
+            ["task", "features", "trained", "token layer", "difference", "p", "verdict"],
+            [
+                [r.task, r.features, r.value, r.baseline_value, r.difference, r.p_value, r.verdict]
+                for r in token_rows
+            ],
+        )
+        out += ["", ENCODER_METHOD.format(alpha=data.significance.alpha), ""]
+    curve_rows = tables.learning_curve_table(data)
+    if curve_rows:
+        fractions = [tables.fraction_text(x) for x in tables.learning_curve_fractions(data)]
+        out += ["## Probe learning curves", ""]
+        out += [
+            "Test score by fraction of training sentences, mean ± std over seeds; "
+            f"*: significant difference (p < {data.significance.alpha}).",
+            "",
+        ]
+        out += _md_table(
+            ["task", "features", "encoder", *fractions],
+            [
+                [r.task, r.features, r.label if r.difference else encoder_label(r.label), *r.values]
+                for r in curve_rows
+            ],
+        )
+        out += [""]
+    structural = tables.structural_table(data)
+    if structural:
+        out += ["## Structural probe (Hewitt and Manning 2019)", ""]
+        out += _md_table(
+            ["features", "encoder", "UUAS", "DSpr", "ELMo UUAS (paper)"],
+            [
+                [r.features, encoder_label(r.encoder), r.uuas, r.dspr, r.reference]
+                for r in structural
+            ],
+        )
+        out += ["", tables.STRUCTURAL_CAPTION, ""]
     out += ["## Pretraining", ""]
     out += _md_table(["", "trained biLM", "random init"], tables.pretraining_table(data))
     results = tables.results_table(data)
@@ -124,7 +186,7 @@ def render_markdown(data: ReportData, pngs: dict[str, bytes]) -> str:
             "",
         ]
         out += _md_table(
-            ["task", "features", *data.encoders],
+            ["task", "features", *(encoder_label(e) for e in data.encoders)],
             [[task, mode, *(_md_cell(c) for c in cells)] for task, mode, cells in results],
         )
     if data.selectivity:
@@ -191,6 +253,8 @@ def summary_json(data: ReportData) -> dict[str, Any]:
             "dev": cell.dev.tolist(),
             "mix_weights": None if cell.mix_weights is None else cell.mix_weights.tolist(),
             "gamma": cell.gamma,
+            "n_train_sentences": cell.n_train_sentences,
+            "extra": {key: cell.extra(key).tolist() for key in cell.extra_keys},
         }
     return {
         "title": data.title,
@@ -221,6 +285,38 @@ def summary_json(data: ReportData) -> dict[str, Any]:
             }
             for c in data.comparisons
         ],
+        "trained_vs_token_only": {
+            "method": ENCODER_METHOD.format(alpha=alpha),
+            "comparisons": [_encoder_comparison(c, alpha) for c in data.token_comparisons],
+        },
+        "learning_curves": {
+            "points": [
+                {
+                    "task": task,
+                    "features": mode,
+                    "encoder": encoder,
+                    "train_fraction": fraction,
+                    "n_train_sentences": cell.n_train_sentences,
+                    "n": cell.n,
+                    "mean": _number(cell.mean),
+                    "std": _number(cell.std),
+                    "seeds": cell.seeds,
+                    "test": cell.test.tolist(),
+                }
+                for (task, mode, encoder, fraction), cell in data.curve_cells.items()
+            ],
+            "trained_vs_token_only": [
+                _encoder_comparison(c, alpha) for c in data.curve_comparisons
+            ],
+        },
+        "structural_probe": {
+            "reference_uuas": tables.STRUCTURAL_REFERENCE,
+            "rows": [
+                _structural_row(cell)
+                for (task, _, _), cell in data.cells.items()
+                if task == STRUCTURAL_TASK
+            ],
+        },
         "selectivity": [
             {
                 "task": s.task,
@@ -262,6 +358,40 @@ def summary_json(data: ReportData) -> dict[str, Any]:
                 for w in data.polysemy
             ],
         },
+    }
+
+
+def _structural_row(cell: Cell) -> dict[str, Any]:
+    dspr = cell.extra(tables.DSPR_KEY)  # (runs with it,)
+    return {
+        "features": cell.features,
+        "encoder": cell.encoder,
+        "n": cell.n,
+        "uuas_mean": _number(cell.mean),
+        "uuas_std": _number(cell.std),
+        "dspr_mean": float(dspr.mean()) if len(dspr) else None,
+        "dspr_std": float(dspr.std(ddof=1)) if len(dspr) > 1 else None,
+        "dspr": dspr.tolist(),
+    }
+
+
+def _encoder_comparison(c: EncoderComparison, alpha: float) -> dict[str, Any]:
+    return {
+        "task": c.task,
+        "features": c.features,
+        "train_fraction": c.train_fraction,
+        "encoder": c.encoder,
+        "baseline": c.baseline,
+        "encoder_mean": _number(c.cell.mean),
+        "encoder_std": _number(c.cell.std),
+        "baseline_mean": _number(c.baseline_cell.mean),
+        "baseline_std": _number(c.baseline_cell.std),
+        "n": c.cell.n,
+        "difference": _number(c.difference),
+        "p_value": c.p_value,
+        "method": c.method,
+        "significant": c.significant(alpha),
+        "verdict": c.verdict(alpha),
     }
 
 
