@@ -31,7 +31,7 @@ import torch
 
 from elmolab.errors import ElmolabError
 from elmolab.fsutil import atomic_dir, write_json
-from elmolab.io.bilm_tf import export_bilm, save_bilm_checkpoint
+from elmolab.io.bilm_tf import export_bilm, load_bilm_from_checkpoint, save_bilm_checkpoint
 from elmolab.models.bilm import BiLM
 from elmolab.models.lstm import LstmWithProjection
 
@@ -65,8 +65,6 @@ def token_layer_digest(model: BiLM) -> str:
 def token_layer_control(source_dir: Path, out_dir: Path, seed: int) -> dict[str, Any]:
     """Write the control of the trained biLM in ``source_dir`` (its ``model.pt`` and
     ``vocab.txt``) to ``out_dir``, replaced whole when complete; returns its metrics."""
-    from elmolab.io.bilm_tf import load_bilm_from_checkpoint
-
     started = time.perf_counter()
     for name in (CHECKPOINT, VOCAB):
         if not (source_dir / name).is_file():

@@ -89,31 +89,21 @@ class FeatureDataset:
                 f"{len(features)} sentences of features but {len(labels)} of labels{heads_count}",
                 path,
             )
-        first_shape = tuple(torch.as_tensor(features[0]).shape)
-        sentences, flat_heads, offset = [], [], 0
-        for i, sentence in enumerate(features):
-            layers = torch.as_tensor(sentence)  # (num_layers, n_i, dim)
-            if layers.dim() != 3 or layers.shape[::2] != first_shape[::2]:
-                raise ElmolabError(
-                    f"sentence {i}: features of shape {tuple(layers.shape)}, expected"
-                    f" (num_layers, n_tokens, dim) with the layers and dim of {first_shape}",
-                    path,
-                )
-            n = layers.shape[1]
+        stacked, lengths = stack_sentences(features, path)
+        flat_heads: list[int] = []
+        for i, n in enumerate(lengths):
             if len(labels[i]) != n:
                 raise ElmolabError(
                     f"sentence {i}: {n} feature vectors but {len(labels[i])} labels", path
                 )
             if heads is not None:
-                flat_heads.extend(_flat_heads(heads[i], n, offset, i, path))
-            sentences.append(layers)
-            offset += n
+                flat_heads.extend(_flat_heads(heads[i], n, len(flat_heads), i, path))
         return cls(
-            features=torch.cat(sentences, dim=1),  # (num_layers, tokens, dim)
+            features=stacked,
             labels=torch.from_numpy(
                 np.concatenate([np.asarray(sentence, dtype=np.int64) for sentence in labels])
             ),
-            sentence_lengths=tuple(len(sentence) for sentence in labels),
+            sentence_lengths=lengths,
             heads=None if heads is None else torch.tensor(flat_heads),
         )
 
@@ -140,6 +130,33 @@ class FeatureDataset:
     @property
     def dim(self) -> int:
         return self.features.shape[2]
+
+
+def stack_sentences(
+    features: Sequence[np.ndarray | torch.Tensor],
+    path: str | PathLike[str] | None = None,
+    *,
+    min_length: int = 0,
+) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """Per-sentence features ``(num_layers, n_i, dim)``, as in feature files, concatenated to
+    ``(num_layers, tokens, dim)``, and the ``n_i``. A sentence of another number of layers or
+    width, or of fewer than ``min_length`` tokens, is an ElmolabError naming ``path``."""
+    first_shape = tuple(torch.as_tensor(features[0]).shape)
+    sentences = []
+    for i, sentence in enumerate(features):
+        layers = torch.as_tensor(sentence)  # (num_layers, n_i, dim)
+        if layers.dim() != 3 or layers.shape[::2] != first_shape[::2]:
+            raise ElmolabError(
+                f"sentence {i}: features of shape {tuple(layers.shape)}, expected"
+                f" (num_layers, n_tokens, dim) with the layers and dim of {first_shape}",
+                path,
+            )
+        if layers.shape[1] < min_length:
+            raise ElmolabError(
+                f"sentence {i}: {layers.shape[1]} tokens, at least {min_length} expected", path
+            )
+        sentences.append(layers)
+    return torch.cat(sentences, dim=1), tuple(layers.shape[1] for layers in sentences)
 
 
 def _flat_heads(

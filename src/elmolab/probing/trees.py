@@ -24,7 +24,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from os import PathLike
-from typing import Any
 
 import numpy as np
 import torch
@@ -35,7 +34,7 @@ from torch.nn import functional as F
 from elmolab.errors import ElmolabError
 from elmolab.models.scalar_mix import FeatureMixer, FeatureMode, ScalarMix, build_feature_mixer
 from elmolab.probing.probes import RootVector
-from elmolab.probing.train import EpochRecord, ProbeResult
+from elmolab.probing.train import EpochRecord, ProbeResult, stack_sentences
 
 EVAL_BATCH_TOKENS = 8192  # padded tokens per forward pass without gradients
 PRECOMPUTE_CHUNK = 16384  # tokens per forward pass when mixing a split once
@@ -109,21 +108,12 @@ class TreeDataset:
                 f" {len(punct)} of punct",
                 path,
             )
-        first_shape = tuple(torch.as_tensor(features[0]).shape)
-        sentences = []
-        for i, sentence in enumerate(features):
-            layers = torch.as_tensor(sentence)  # (num_layers, n_i, dim)
-            if layers.dim() != 3 or layers.shape[::2] != first_shape[::2] or layers.shape[1] == 0:
-                raise ElmolabError(
-                    f"sentence {i}: features of shape {tuple(layers.shape)}, expected"
-                    f" (num_layers, n_words > 0, dim) with the layers and dim of {first_shape}",
-                    path,
-                )
-            _check_heads(heads[i], len(punct[i]), layers.shape[1], i, path)
-            sentences.append(layers)
+        stacked, lengths = stack_sentences(features, path, min_length=1)
+        for i, n in enumerate(lengths):
+            _check_heads(heads[i], len(punct[i]), n, i, path)
         return cls(
-            features=torch.cat(sentences, dim=1),  # (num_layers, tokens, dim)
-            sentence_lengths=tuple(layers.shape[1] for layers in sentences),
+            features=stacked,
+            sentence_lengths=lengths,
             heads=torch.from_numpy(np.concatenate([np.asarray(h, dtype=np.int64) for h in heads])),
             punct=torch.from_numpy(np.concatenate([np.asarray(p, dtype=bool) for p in punct])),
         )
@@ -299,6 +289,10 @@ def _check_compatible(train: TreeDataset, dev: TreeDataset, test: TreeDataset) -
             )
 
 
+# A batch's mean loss and how many items (words, sentences) it averages.
+LossAndCount = tuple[torch.Tensor, int]
+
+
 @dataclass
 class _Setup:
     """What both tree probes build before training: the mixer and the probe's head in one model,
@@ -313,9 +307,6 @@ class _Setup:
     shuffle: torch.Generator
     rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # train, dev, test
     plans: tuple[list[SentenceBatch], list[SentenceBatch], list[SentenceBatch]]
-
-    def parts(self) -> tuple[Any, ...]:
-        return self.mixer, self.head, self.model, self.optimizer, self.precomputed, self.shuffle
 
 
 def _set_up(
@@ -348,6 +339,53 @@ def _set_up(
     )
     optimizer = torch.optim.Adam(_trainable(model), lr=config.lr)
     return _Setup(mixer, head, model, optimizer, precomputed, shuffle, rows, plans)  # type: ignore[arg-type]
+
+
+def _fit(
+    setup: _Setup,
+    config: TreeProbeConfig,
+    batch_loss: Callable[[int, SentenceBatch, torch.Tensor], LossAndCount],
+    dev_score: Callable[[], float],
+    *,
+    lower_is_better: bool,
+) -> tuple[list[EpochRecord], float, int]:
+    """The tree probes' training loop; leaves ``setup.model`` in its best dev state.
+
+    Each epoch visits the training batches in a shuffled order, taking an Adam step on
+    ``batch_loss(number, batch, mixed)`` (a loss and how many items it averages) plus the mix
+    penalty, then scores dev: an epoch without a better dev score multiplies the lr by
+    ``config.lr_decay``, ``config.patience`` of them in a row stop training (as does
+    ``config.max_epochs``). Returns the history (train loss per item, dev score), the best dev
+    score and its 1-based epoch.
+    """
+    sign = -1.0 if lower_is_better else 1.0
+    train_rows, plan = setup.rows[0], setup.plans[0]
+    history: list[EpochRecord] = []
+    best, best_epoch, best_state = float("-inf"), 0, copy.deepcopy(setup.model.state_dict())
+    for epoch in range(1, config.max_epochs + 1):
+        setup.model.train()
+        total_loss, items = 0.0, 0
+        for number, inputs in padded_batches(train_rows, plan, setup.shuffle):
+            batch = plan[number]
+            mixed = _mixed_batch(setup.mixer, inputs, batch.mask, setup.precomputed)
+            loss, count = batch_loss(number, batch, mixed)  # mixed: (batch, n, mixed_dim)
+            loss = loss + setup.mixer.regularization()
+            setup.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            setup.optimizer.step()
+            total_loss += loss.item() * count
+            items += count
+        score = dev_score()
+        history.append(EpochRecord(epoch, total_loss / items, score))
+        if sign * score > best:
+            best, best_epoch = sign * score, epoch
+            best_state = copy.deepcopy(setup.model.state_dict())
+        elif epoch - best_epoch >= config.patience:
+            break
+        else:
+            _decay_lr(setup.optimizer, config.lr_decay)
+    setup.model.load_state_dict(best_state)
+    return history, sign * best, best_epoch
 
 
 def _decay_lr(optimizer: torch.optim.Optimizer, factor: float) -> None:
@@ -422,36 +460,21 @@ def train_arc_probe(
     started = time.perf_counter()
     mode = FeatureMode.parse(mode)
     setup = _set_up(train, dev, test, mode, seed, config, lambda dim: ArcScorer(dim, config.root))
-    mixer, scorer, model, optimizer, precomputed, shuffle = setup.parts()
-    train_rows, dev_rows, test_rows = setup.rows
-    train_plan, dev_plan, test_plan = setup.plans
+    mixer, scorer, precomputed = setup.mixer, setup.head, setup.precomputed
+    _, dev_rows, test_rows = setup.rows
+    _, dev_plan, test_plan = setup.plans
 
-    history: list[EpochRecord] = []
-    best_uas, best_epoch, best_state = float("-inf"), 0, copy.deepcopy(model.state_dict())
-    for epoch in range(1, config.max_epochs + 1):
-        model.train()
-        total_loss = 0.0
-        for number, inputs in padded_batches(train_rows, train_plan, shuffle):
-            batch = train_plan[number]
-            mixed = _mixed_batch(mixer, inputs, batch.mask, precomputed)  # (batch, n, mixed_dim)
-            scores = scorer(mixed, batch.mask)[batch.mask]  # (words, 1 + n)
-            gold = train.heads[batch.tokens[batch.mask]]  # (words,)
-            loss = F.cross_entropy(scores, gold) + mixer.regularization()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total_loss += loss.item() * len(gold)
-        dev_uas = _uas(_predict_heads(mixer, scorer, dev_rows, dev_plan, precomputed), dev.heads)
-        history.append(EpochRecord(epoch, total_loss / len(train.heads), dev_uas))
-        if dev_uas > best_uas:
-            best_uas, best_epoch = dev_uas, epoch
-            best_state = copy.deepcopy(model.state_dict())
-        elif epoch - best_epoch >= config.patience:
-            break
-        else:
-            _decay_lr(optimizer, config.lr_decay)
+    def batch_loss(
+        number: int, batch: SentenceBatch, mixed: torch.Tensor
+    ) -> tuple[torch.Tensor, int]:
+        scores = scorer(mixed, batch.mask)[batch.mask]  # (words, 1 + n)
+        gold = train.heads[batch.tokens[batch.mask]]  # (words,)
+        return F.cross_entropy(scores, gold), len(gold)
 
-    model.load_state_dict(best_state)
+    def dev_uas() -> float:
+        return _uas(_predict_heads(mixer, scorer, dev_rows, dev_plan, precomputed), dev.heads)
+
+    history, best_uas, best_epoch = _fit(setup, config, batch_loss, dev_uas, lower_is_better=False)
     predicted = _predict_heads(mixer, scorer, test_rows, test_plan, precomputed)  # (tokens,)
     correct = (predicted == test.heads).long()  # (tokens,)
     mix_weights, gamma = _mix_summary(mixer)
@@ -555,8 +578,8 @@ def train_structural_probe(
     setup = _set_up(
         train, dev, test, mode, seed, config, lambda dim: StructuralProbe(dim, config.rank)
     )
-    mixer, probe, model, optimizer, precomputed, shuffle = setup.parts()
-    train_rows, dev_rows, test_rows = setup.rows
+    mixer, probe, precomputed = setup.mixer, setup.head, setup.precomputed
+    _, dev_rows, test_rows = setup.rows
     train_plan, dev_plan, test_plan = setup.plans
     train_gold, dev_gold, test_gold = (
         [tree_distances(heads) for heads in split.sentence_heads()] for split in (train, dev, test)
@@ -564,31 +587,16 @@ def train_structural_probe(
     train_targets = _padded_distances(train_gold, train_plan)
     dev_targets = _padded_distances(dev_gold, dev_plan)
 
-    history: list[EpochRecord] = []
-    best_loss, best_epoch, best_state = float("inf"), 0, copy.deepcopy(model.state_dict())
-    for epoch in range(1, config.max_epochs + 1):
-        model.train()
-        total_loss = 0.0
-        for number, inputs in padded_batches(train_rows, train_plan, shuffle):
-            batch = train_plan[number]
-            mixed = _mixed_batch(mixer, inputs, batch.mask, precomputed)  # (batch, n, mixed_dim)
-            losses = _sentence_losses(probe(mixed), train_targets[number], batch.mask)  # (batch,)
-            loss = losses.mean() + mixer.regularization()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total_loss += loss.item() * len(losses)
-        dev_loss = _dev_loss(mixer, probe, dev_rows, dev_plan, dev_targets, precomputed)
-        history.append(EpochRecord(epoch, total_loss / len(train.sentence_lengths), dev_loss))
-        if dev_loss < best_loss:
-            best_loss, best_epoch = dev_loss, epoch
-            best_state = copy.deepcopy(model.state_dict())
-        elif epoch - best_epoch >= config.patience:
-            break
-        else:
-            _decay_lr(optimizer, config.lr_decay)
+    def batch_loss(
+        number: int, batch: SentenceBatch, mixed: torch.Tensor
+    ) -> tuple[torch.Tensor, int]:
+        losses = _sentence_losses(probe(mixed), train_targets[number], batch.mask)  # (batch,)
+        return losses.mean(), len(losses)
 
-    model.load_state_dict(best_state)
+    def dev_loss() -> float:
+        return _dev_loss(mixer, probe, dev_rows, dev_plan, dev_targets, precomputed)
+
+    history, _, best_epoch = _fit(setup, config, batch_loss, dev_loss, lower_is_better=True)
     dev_predicted = _predict_distances(mixer, probe, dev_rows, dev_plan, precomputed)
     test_predicted = _predict_distances(mixer, probe, test_rows, test_plan, precomputed)
     dev_uuas = uuas(dev_predicted, dev_gold, dev.sentence_punct())
