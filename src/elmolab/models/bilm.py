@@ -332,28 +332,39 @@ class BiLM(nn.Module):
         return BiLMOutput(stacked, mask)
 
     def encode_lm(
-        self, forward_char_ids: Tensor, backward_char_ids: Tensor, states: BiLMState | None = None
+        self,
+        forward_char_ids: Tensor,
+        backward_char_ids: Tensor,
+        states: BiLMState | None = None,
+        resets: Tensor | None = None,
     ) -> tuple[list[Tensor], list[Tensor], BiLMState]:
         """Run both language models for training with truncated backpropagation through time.
 
         ``forward_char_ids`` and ``backward_char_ids``: long (batch, time, chars), inference ids,
         every row full (no padding) and already in reading order: the backward stream is the
         text reversed, sentence marks included as the stream has them. ``states``: where each
-        row's previous window ended (None: zeros).
+        row's previous window ended (None: zeros). ``resets``: bool (batch, time), True where
+        both directions restart from the zero state (a sentence's first pair is at the same
+        position in both streams).
 
         Returns the outputs of every LSTM layer of each direction, n_layers x (batch, time, proj)
         in reading order (``[-1]`` feeds the softmax; bilm-tf also applies dropout to it there),
         and the final states, detached so the next window does not backpropagate into this one.
-        (The token vectors themselves are ``token_encoder(char_ids)``.)
         """
-        batch = forward_char_ids.shape[0]
         both = torch.cat([forward_char_ids, backward_char_ids])  # (2 * batch, time, chars)
-        tokens = self.token_encoder(both)  # (2 * batch, time, proj)
+        return self.encode_lm_tokens(self.token_encoder(both), states, resets)
+
+    def encode_lm_tokens(
+        self, tokens: Tensor, states: BiLMState | None = None, resets: Tensor | None = None
+    ) -> tuple[list[Tensor], list[Tensor], BiLMState]:
+        """``encode_lm`` from the token vectors (2 * batch, time, proj) of both streams (forward
+        rows first), e.g. to run the LSTMs twice over one pass of the char CNN."""
+        batch = tokens.shape[0] // 2
         forward, forward_state = self.forward_lstm(
-            tokens[:batch], None, None if states is None else states.forward
+            tokens[:batch], None, None if states is None else states.forward, resets
         )
         backward, backward_state = self.backward_lstm(
-            tokens[batch:], None, None if states is None else states.backward
+            tokens[batch:], None, None if states is None else states.backward, resets
         )
         detached = BiLMState(
             LstmState(*(s.detach() for s in forward_state)),

@@ -15,6 +15,13 @@ order stays within 1e-6 on the reference fixture.
 Variable lengths: rows are sorted by decreasing length and ``batch_sizes[t]`` says how many rows
 are still running at step ``t`` (as in a packed sequence). Step ``t`` computes those rows only;
 a row that has ended keeps the state of its last real step, and its outputs past the end are 0.
+
+Zero starts: ``resets[b, t]`` True zeroes row ``b``'s ``(h, c)`` just before step ``t``, so a
+sentence that starts there is read from the zero state, as stateless feature extraction reads it.
+
+Mixed precision (autocast): the matmuls run in the autocast dtype (bf16); the gate pre-activations,
+the cell state ``c`` and the carried ``h`` stay float32, so a long sequence does not accumulate
+bf16 rounding in its memory. Without autocast every step is one fused ``addmm`` in the input dtype.
 """
 
 from __future__ import annotations
@@ -73,26 +80,34 @@ class LstmWithProjection(nn.Module):
         inputs: Tensor,
         batch_sizes: Sequence[int] | None = None,
         state: tuple[Tensor, Tensor] | None = None,
+        resets: Tensor | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """Run the layer over a batch.
 
         ``inputs``: (batch, time, input), rows sorted by decreasing length when ``batch_sizes``
         (non-increasing, one per step) is given; None means every row runs every step.
         ``state``: ``(h, c)`` of shapes (batch, proj), (batch, cell); None means zeros.
+        ``resets``: bool (batch, time), True where the row's state is zeroed before that step.
         Returns the outputs (batch, time, proj) and the final ``(h, c)`` of every row.
         """
         batch, time, _ = inputs.shape
         if batch_sizes is None:
             batch_sizes = [batch] * time
+        mixed = torch.is_autocast_enabled(inputs.device.type)
+        state_dtype = torch.float32 if mixed else inputs.dtype
         if state is None:
-            h = inputs.new_zeros(batch, self.projection_size)  # (batch, proj)
-            c = inputs.new_zeros(batch, self.cell_size)  # (batch, cell)
+            h = inputs.new_zeros(batch, self.projection_size, dtype=state_dtype)  # (batch, proj)
+            c = inputs.new_zeros(batch, self.cell_size, dtype=state_dtype)  # (batch, cell)
         else:
-            h, c = state
+            h, c = (s.to(state_dtype) for s in state)
+        keep, reset_steps = None, []
+        if resets is not None:
+            keep = (~resets).t().to(state_dtype)[..., None]  # (time, batch, 1)
+            reset_steps = resets.any(dim=0).tolist()  # (time,) any row reset at t
         C = self.cell_size
         W_x, W_h = self.W_0.split([self.input_size, self.projection_size])
         time_major = inputs.transpose(0, 1).reshape(time * batch, self.input_size)
-        xw = torch.addmm(self.B, time_major, W_x)  # (time * batch, 4 * cell)
+        xw = torch.addmm(self.B, time_major, W_x).to(state_dtype)  # (time * batch, 4 * cell)
         xw[:, 2 * C : 3 * C] += FORGET_BIAS
         xw = xw.view(time, batch, 4 * C)  # (time, batch, 4 * cell)
         outputs = inputs.new_zeros(time, batch, self.projection_size)  # (time, batch, proj)
@@ -102,7 +117,11 @@ class LstmWithProjection(nn.Module):
                 ended_h.append(h[running:])
                 ended_c.append(c[running:])
                 h, c = h[:running], c[:running]
-            if torch.is_grad_enabled():
+            if keep is not None and reset_steps[t]:
+                h, c = h * keep[t, :running], c * keep[t, :running]
+            if mixed:  # the product in bf16, the sum (a new tensor) in float32
+                gates = xw[t, :running] + torch.mm(h, W_h)  # (running, 4 * cell)
+            elif torch.is_grad_enabled():
                 gates = torch.addmm(xw[t, :running], h, W_h)  # (running, 4 * cell)
             else:  # inference: accumulate into the rows of xw, no copy
                 gates = xw[t, :running].addmm_(h, W_h)  # (running, 4 * cell)
@@ -111,7 +130,7 @@ class LstmWithProjection(nn.Module):
             c = (f * c).addcmul_(i, j)  # (running, cell)
             if self.cell_clip is not None:
                 c.clamp_(-self.cell_clip, self.cell_clip)
-            h = (o * torch.tanh(c)) @ self.W_P  # (running, proj)
+            h = ((o * torch.tanh(c)) @ self.W_P).to(state_dtype)  # (running, proj)
             if self.proj_clip is not None:
                 h.clamp_(-self.proj_clip, self.proj_clip)
             outputs[t, :running] = h
@@ -160,9 +179,11 @@ class LstmStack(nn.Module):
         inputs: Tensor,
         batch_sizes: Sequence[int] | None = None,
         state: LstmState | None = None,
+        resets: Tensor | None = None,
     ) -> tuple[list[Tensor], LstmState]:
         """``inputs``: (batch, time, input) -> every layer's output (batch, time, proj) and the
-        final state. ``batch_sizes`` and the row order as in ``LstmWithProjection.forward``.
+        final state. ``batch_sizes``, ``resets`` and the row order as in
+        ``LstmWithProjection.forward`` (a reset zeroes every layer's state).
         """
         outputs, final_h, final_c = [], [], []
         x = inputs
@@ -170,7 +191,7 @@ class LstmStack(nn.Module):
             if self.training and self.dropout > 0:
                 x = F.dropout(x, self.dropout, training=True)
             layer_state = None if state is None else (state.h[k], state.c[k])
-            y, (h, c) = layer(x, batch_sizes, layer_state)  # (batch, time, proj)
+            y, (h, c) = layer(x, batch_sizes, layer_state, resets)  # (batch, time, proj)
             if self.use_skip_connections and k > 0:
                 y = y + x
             outputs.append(y)

@@ -391,6 +391,12 @@ def results_table(data: ReportData) -> list[tuple[str, str, list[ResultCell]]]:
 PRETRAINING_ROWS = (
     ("validation perplexity, mean of both directions", ("val.ppl",), 1, True),
     ("validation perplexity, forward / backward", ("val.ppl_fwd", "val.ppl_bwd"), 1, True),
+    (
+        "validation perplexity, stateless (every sentence from zero, as extracted): fwd / bwd",
+        ("val.stateless_ppl_fwd", "val.stateless_ppl_bwd"),
+        1,
+        True,
+    ),
     ("test perplexity, mean of both directions", ("test.ppl",), 1, True),
     ("test perplexity, forward / backward", ("test.ppl_fwd", "test.ppl_bwd"), 1, True),
     ("unigram perplexity, validation / test", ("unigram_ppl.valid", "unigram_ppl.test"), 1, False),
@@ -402,6 +408,7 @@ PRETRAINING_ROWS = (
     ),
     ("training steps / tokens", ("steps", "tokens"), 0, False),
     ("training time (s) / tokens per second", ("wall_seconds", "tokens_per_second"), 0, False),
+    ("precision (trainer.precision: auto chooses by hardware)", ("precision.chosen",), 0, False),
 )
 
 
@@ -421,7 +428,12 @@ def _numbers(metrics: dict[str, Any], keys: tuple[str, ...], digits: int) -> str
         value: Any = metrics
         for part in key.split("."):
             value = value.get(part) if isinstance(value, dict) else None
-        texts.append("–" if value is None else f"{value:,.{digits}f}")
+        if value is None:
+            texts.append("–")
+        elif isinstance(value, str):
+            texts.append(value)
+        else:
+            texts.append(f"{value:,.{digits}f}")
     return " / ".join(texts)
 
 

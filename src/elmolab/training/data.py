@@ -34,6 +34,10 @@ per-sentence pair counts (a cumulative sum and a binary search, no replay). The 
 ``{"next_batch": n, "seed", "global_streams", "unroll_steps"}``; every rank consumes the same
 number of batches, so the state rank 0 writes into a checkpoint resumes every rank.
 
+Sentence starts. ``sentence_start`` marks the pair whose input is ``<S>`` (forward) and ``</S>``
+(backward): the same positions in both directions. Training may restart the LSTMs from zero
+there, and the stateless evaluation always does.
+
 Evaluation. A single pass in file order, sentence ``j`` going to global stream ``j mod G``,
 packed the same way and meant to be run with the state carried, as in training. A stream that
 runs out is padded (ids 0, ``mask`` False); every rank yields as many batches as the longest
@@ -79,6 +83,7 @@ class LMBatch(TypedDict):
     backward_token_ids: torch.Tensor  # (batch, unroll)
     backward_targets: torch.Tensor  # (batch, unroll)
     mask: torch.Tensor  # (batch, unroll) True where a pair is real (False only as eval padding)
+    sentence_start: torch.Tensor  # (batch, unroll) True at a sentence's first pair (input <S>)
     batch_index: int  # how many batches the streams produced before this one
 
 
@@ -322,6 +327,7 @@ class LMBatchIterator:
         backward_targets = np.zeros((rows, steps), dtype=np.int64)  # (batch, unroll)
         backward_chars = np.zeros((rows, steps, chars), dtype=np.int64)  # (batch, unroll, 50)
         mask = np.zeros((rows, steps), dtype=bool)  # (batch, unroll)
+        starts = np.zeros((rows, steps), dtype=bool)  # (batch, unroll)
         for row, cursor in enumerate(self._cursors):
             filled = 0
             while filled < steps and self._read_sentence(cursor):
@@ -338,6 +344,7 @@ class LMBatchIterator:
                 backward_targets[row, columns] = ids[::-1][targets]
                 backward_chars[row, columns] = sentence_chars[::-1][inputs]
                 mask[row, columns] = True
+                starts[row, filled] = cursor.offset == 0
                 filled += take
                 cursor.offset += take
                 if cursor.offset == n_pairs:
@@ -350,6 +357,7 @@ class LMBatchIterator:
             backward_token_ids=torch.from_numpy(backward_ids),
             backward_targets=torch.from_numpy(backward_targets),
             mask=torch.from_numpy(mask),
+            sentence_start=torch.from_numpy(starts),
             batch_index=self._next_batch,
         )
         self._next_batch += 1

@@ -8,9 +8,13 @@ Outputs (``out_dir``, replaced whole when complete)::
     softmax.hdf5          the word softmax (softmax/W (V, proj), softmax/b (V,)): not in bilm-tf's
                           weights file, so written beside it
     vocab.txt             the softmax vocabulary
-    metrics.json          valid/test perplexities (full softmax), unigram baselines, tokens/s,
-                          wall time, parameter counts
+    metrics.json          valid/test perplexities (full softmax; states carried along the
+                          stream and stateless per sentence, each direction), unigram
+                          baselines, tokens/s, the precision chosen and why, wall time,
+                          parameter counts
     curve.csv             the learning curve (step, tokens, train loss, validation perplexities)
+
+Under ``dvc repro`` (stdout not a terminal) a plain progress line replaces the progress bar.
 
 Resumable checkpoints live in ``ckpt_dir`` (kept across interrupted runs: DVC persists it). A
 run resumes from ``ckpt_dir/last.ckpt`` when that checkpoint belongs to an unfinished run of the
@@ -24,7 +28,9 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import shutil
+import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -35,13 +41,14 @@ import h5py
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from elmolab.errors import ElmolabError
 from elmolab.failpoints import failpoint
 from elmolab.fsutil import atomic_dir, atomic_path, write_json
+from elmolab.hardware import choose_precision
 from elmolab.io.bilm_tf import export_bilm, save_bilm_checkpoint
 from elmolab.text.vocab import Vocabulary
 from elmolab.training.data import LMDataModule
@@ -77,6 +84,14 @@ class SoftmaxConfig:
     kind: str
     n_negative_samples: int
     adaptive_cutoffs: list[int]
+    share_negatives: bool = False
+
+
+@dataclass
+class LrScheduleConfig:
+    kind: str = "constant"
+    warmup_steps: int = 0
+    final_fraction: float = 0.0
 
 
 @dataclass
@@ -87,6 +102,9 @@ class PretrainConfig:
     unroll_steps: int
     softmax: SoftmaxConfig
     optimizer: dict[str, Any]
+    scale_loss_by_unroll_steps: bool
+    zero_state_share: float
+    lr_schedule: LrScheduleConfig
     gradient_clip_val: float | None
     max_steps: int | None
     max_epochs: int | None
@@ -161,6 +179,58 @@ class _Throughput(Callback):
         return self.steps * self.tokens_per_step / self.seconds if self.seconds else 0.0
 
 
+class ProgressLine(Callback):
+    """A plain line every ``every_seconds`` (and at the last step) for logs, where a progress bar
+    would print control characters: step, training tokens/s, training loss, the last validation
+    perplexities (carried and stateless) and the time left at the pace so far."""
+
+    def __init__(
+        self,
+        throughput: _Throughput,
+        every_seconds: float = 30.0,
+        max_seconds: float | None = None,
+    ) -> None:
+        self.throughput = throughput
+        self.every_seconds = every_seconds
+        self.max_seconds = max_seconds  # pretrain.max_time, which may end the run first
+        self._start = self._last = 0.0
+        self._first_step = 0
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._start = self._last = time.perf_counter()
+        self._first_step = trainer.global_step
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        now, step, total = time.perf_counter(), trainer.global_step, trainer.max_steps
+        last = total is not None and step >= total > 0
+        if not trainer.is_global_zero or (now - self._last < self.every_seconds and not last):
+            return
+        self._last = now
+        print(self.line(trainer, now), flush=True)
+
+    def line(self, trainer: pl.Trainer, now: float) -> str:
+        step, total = trainer.global_step, trainer.max_steps
+        metrics = trainer.callback_metrics
+        parts = [f"step {step:,}" + (f"/{total:,}" if total and total > 0 else "")]
+        parts.append(f"{self.throughput.tokens_per_second:,.0f} tokens/s")
+        if "train/loss" in metrics:
+            parts.append(f"train loss {float(metrics['train/loss']):.3f}")
+        if "val/ppl" in metrics:
+            val = f"val ppl {float(metrics['val/ppl']):,.1f}"
+            if "val/stateless_ppl" in metrics:
+                val += f" (stateless {float(metrics['val/stateless_ppl']):,.1f})"
+            parts.append(val)
+        done, elapsed = step - self._first_step, now - self._start
+        left = math.inf
+        if total and total > 0 and done > 0:
+            left = (total - step) * elapsed / done
+        if self.max_seconds is not None:
+            left = min(left, max(0.0, self.max_seconds - elapsed))
+        if math.isfinite(left):
+            parts.append(f"{int(left // 60)}:{int(left % 60):02d} left")
+        return " | ".join(parts)
+
+
 def fingerprint(*parts: Any) -> str:
     """A short hash of the settings a checkpoint is valid for."""
     text = json.dumps(parts, sort_keys=True, default=str)
@@ -220,12 +290,19 @@ def pretrain(
     resume = _resume_path(ckpt_dir, run_id)
     if resume:
         log.info("resuming from %s", resume)
+    precision = choose_precision(trainer_cfg.precision, trainer_cfg.accelerator)
+    log.info("precision %s: %s", precision.precision, precision.reason)
 
     pl.seed_everything(seed, workers=True, verbose=False)
-    module = BiLMPretrainer(
-        model_cfg.options(), len(vocab), asdict(cfg.softmax), dict(cfg.optimizer)
-    )
+    module = make_module(model_cfg, cfg, len(vocab))
     throughput = _Throughput(cfg.batch_size * cfg.unroll_steps)
+    # A bar in a terminal; plain progress lines in logs (dvc repro, CI, a batch job).
+    terminal = sys.stdout.isatty()
+    progress: list[Callback] = []
+    if trainer_cfg.enable_progress_bar and terminal:
+        progress.append(TQDMProgressBar())
+    elif not terminal:
+        progress.append(ProgressLine(throughput, max_seconds=_seconds(cfg.max_time)))
     checkpoint = ModelCheckpoint(
         dirpath=ckpt_dir,
         every_n_train_steps=cfg.checkpoint_every_n_steps,
@@ -241,7 +318,7 @@ def pretrain(
         devices=trainer_cfg.devices,
         num_nodes=trainer_cfg.num_nodes,
         strategy=trainer_cfg.strategy,
-        precision=trainer_cfg.precision,
+        precision=precision.precision,
         max_steps=cfg.max_steps if cfg.max_steps is not None else -1,
         max_epochs=cfg.max_epochs,
         max_time=cfg.max_time,
@@ -252,9 +329,9 @@ def pretrain(
         gradient_clip_val=cfg.gradient_clip_val,
         gradient_clip_algorithm="norm",
         log_every_n_steps=trainer_cfg.log_every_n_steps,
-        enable_progress_bar=trainer_cfg.enable_progress_bar,
+        enable_progress_bar=bool(progress) and isinstance(progress[0], TQDMProgressBar),
         deterministic=trainer_cfg.deterministic,
-        callbacks=[checkpoint, throughput],
+        callbacks=[checkpoint, throughput, *progress],
         logger=[csv_logger, *(loggers or [])],
         plugins=[AtomicCheckpointIO()],
         default_root_dir=ckpt_dir,
@@ -276,6 +353,7 @@ def pretrain(
         "unigram_ppl": {
             split: stats["splits"][split].get("unigram_perplexity") for split in ("valid", "test")
         },
+        "precision": precision.as_dict(),
         "tokens_per_second": round(throughput.tokens_per_second, 1),
         "wall_seconds": round(time.perf_counter() - started, 1),
         "steps": trainer.global_step,
@@ -286,8 +364,47 @@ def pretrain(
         "model_name": model_cfg.name,
     }
     logs = sorted((ckpt_dir / "logs").glob("attempt-*/metrics.csv"), key=_attempt_number)
+    metrics["state_check"] = state_check(metrics["val"])
+    if not metrics["state_check"]["ok"]:
+        log.warning("%s", metrics["state_check"]["message"])
     export_model(module, vocab, out_dir, metrics, curve_from=logs)
     return metrics
+
+
+# Stateless perplexity over carried perplexity, per direction, above which a model is flagged:
+# its probe features (computed stateless) come from a regime it does not model well.
+STATELESS_GAP_LIMIT = 1.25
+
+
+def state_check(val: dict[str, float]) -> dict[str, Any]:
+    """How far the stateless perplexities are from the carried ones (ratios per direction)."""
+    ratios = {d: round(val[f"stateless_ppl_{d}"] / val[f"ppl_{d}"], 3) for d in ("fwd", "bwd")}
+    worst = max(ratios, key=ratios.get)
+    ok = ratios[worst] <= STATELESS_GAP_LIMIT
+    message = (
+        f"stateless / carried validation perplexity: forward x{ratios['fwd']}, backward "
+        f"x{ratios['bwd']}"
+        + ("" if ok else f" (above x{STATELESS_GAP_LIMIT}: train with pretrain.zero_state_share)")
+    )
+    return {
+        "stateless_over_carried": ratios,
+        "limit": STATELESS_GAP_LIMIT,
+        "ok": ok,
+        "message": message,
+    }
+
+
+def make_module(model_cfg: ModelConfig, cfg: PretrainConfig, vocab_size: int) -> BiLMPretrainer:
+    """The LightningModule of a pretraining config."""
+    return BiLMPretrainer(
+        model_cfg.options(),
+        vocab_size,
+        asdict(cfg.softmax),
+        dict(cfg.optimizer),
+        loss_scale=cfg.unroll_steps if cfg.scale_loss_by_unroll_steps else 1.0,
+        zero_state_share=cfg.zero_state_share,
+        lr_schedule=asdict(cfg.lr_schedule),
+    )
 
 
 def random_control(
@@ -304,14 +421,13 @@ def random_control(
     stats = _corpus_stats(corpus_dir)
     pl.seed_everything(seed, workers=True, verbose=False)
     datamodule = LMDataModule(corpus_dir, cfg.batch_size, cfg.unroll_steps, seed=seed)
-    module = BiLMPretrainer(
-        model_cfg.options(), len(vocab), asdict(cfg.softmax), dict(cfg.optimizer)
-    )
+    module = make_module(model_cfg, cfg, len(vocab))
+    precision = choose_precision(trainer_cfg.precision, trainer_cfg.accelerator)
     _quiet_lightning()
     trainer = pl.Trainer(
         accelerator="cpu" if trainer_cfg.accelerator == "cpu" else "auto",
         devices=1,
-        precision=trainer_cfg.precision,
+        precision=precision.precision,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=trainer_cfg.enable_progress_bar,
@@ -325,6 +441,7 @@ def random_control(
         "unigram_ppl": {
             split: stats["splits"][split].get("unigram_perplexity") for split in ("valid", "test")
         },
+        "precision": precision.as_dict(),
         "wall_seconds": round(time.perf_counter() - started, 1),
         "steps": 0,
         "tokens": 0,
@@ -359,7 +476,17 @@ def export_model(
             write_curve(curve_from, tmp / "curve.csv", metrics["tokens"] / max(metrics["steps"], 1))
 
 
-CURVE_COLUMNS = ("step", "tokens", "train_loss", "val_ppl", "val_ppl_fwd", "val_ppl_bwd")
+CURVE_COLUMNS = (
+    "step",
+    "tokens",
+    "train_loss",
+    "val_ppl",
+    "val_ppl_fwd",
+    "val_ppl_bwd",
+    "val_stateless_ppl",
+    "val_stateless_ppl_fwd",
+    "val_stateless_ppl_bwd",
+)
 
 
 def write_curve(metrics_csvs: list[Path], out: Path, tokens_per_step: float) -> None:
@@ -381,12 +508,19 @@ def write_curve(metrics_csvs: list[Path], out: Path, tokens_per_step: float) -> 
                 [
                     step,
                     int(step * tokens_per_step),
-                    row.get("train/loss", ""),
-                    row.get("val/ppl", ""),
-                    row.get("val/ppl_fwd", ""),
-                    row.get("val/ppl_bwd", ""),
+                    *(row.get(column.replace("_", "/", 1), "") for column in CURVE_COLUMNS[2:]),
                 ]
             )
+
+
+def _seconds(duration: str | None) -> float | None:
+    """``"DD:HH:MM:SS"`` (Lightning's max_time) in seconds; None stays None."""
+    if duration is None:
+        return None
+    seconds = 0.0
+    for part, unit in zip(reversed(duration.split(":")), (1, 60, 3600, 86400), strict=False):
+        seconds += float(part) * unit
+    return seconds
 
 
 def _attempt_number(path: Path) -> int:
@@ -394,9 +528,8 @@ def _attempt_number(path: Path) -> int:
 
 
 def _perplexities(results: dict[str, float], split: str) -> dict[str, float]:
-    return {
-        key: round(float(results[f"{split}/{key}"]), 3) for key in ("ppl", "ppl_fwd", "ppl_bwd")
-    }
+    keys = [f"{regime}ppl{d}" for regime in ("", "stateless_") for d in ("", "_fwd", "_bwd")]
+    return {key: round(float(results[f"{split}/{key}"]), 3) for key in keys}
 
 
 def _corpus_stats(corpus_dir: Path) -> dict[str, Any]:

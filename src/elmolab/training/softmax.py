@@ -294,6 +294,15 @@ class LMSoftmax(nn.Module):
             return self._sampled_nll(hidden, targets).mean()
         return F.cross_entropy(self._full_logits(hidden).float(), targets)
 
+    def nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Per-row training NLL of ``kind``: ``(N, dim), (N,)`` -> ``(N,)``; ``sampled`` draws
+        one set of candidates for all ``N`` rows."""
+        if self.adaptive is not None:
+            return -self.adaptive(hidden, targets).output
+        if self._initial_draws is not None:
+            return self._sampled_nll(hidden, targets)
+        return F.cross_entropy(self._full_logits(hidden).float(), targets, reduction="none")
+
     def full_nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Per-token NLL under the full softmax: ``(N, dim), (N,)`` -> float32 ``(N,)``.
 
