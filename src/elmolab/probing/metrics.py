@@ -5,7 +5,8 @@
   names the file and line) or keeps such labels as evaluation-only ids (``unseen="keep"``).
 - ``accuracy`` is torchmetrics' micro ``MulticlassAccuracy``; ``span_f1`` is seqeval's default
   mode, which counts chunks as conlleval does (IOB2 input; an ``I-X`` that does not continue an
-  ``X`` chunk starts one).
+  ``X`` chunk starts one), or, for data read in a tag scheme (``columns`` datasets), seqeval's
+  strict mode in that scheme.
 - :class:`ControlTask` is Hewitt and Liang's (2019) control task; ``selectivity`` compares to it.
 """
 
@@ -23,6 +24,16 @@ from typing import Literal
 import torch
 
 from elmolab.errors import ElmolabError
+from elmolab.text.conll import TagScheme, spans_to_tags
+
+# The seqeval scheme (``seqeval.scheme``) that reads each TagScheme. seqeval has no IO: IO tags are
+# IOB1 tags that never use B-, and IOB1 reads the same spans from them.
+SEQEVAL_SCHEMES = {
+    TagScheme.IO: "IOB1",
+    TagScheme.IOB1: "IOB1",
+    TagScheme.IOB2: "IOB2",
+    TagScheme.BIOES: "IOBES",
+}
 
 
 class LabelVocabulary:
@@ -41,22 +52,32 @@ class LabelVocabulary:
         Every label the probe is trained on (duplicates are fine; the order is not used).
     unseen : ``"raise"`` or ``"keep"``, optional (default = ``"raise"``)
         What ``encode`` does with a label outside ``train_labels``.
+    scheme : ``TagScheme``, optional (default = ``None``)
+        The labels are IOB2 span tags converted from data in this scheme, and span F1 scores in it
+        (see :func:`span_f1`); None: scored as conlleval does.
     """
 
     def __init__(
-        self, train_labels: Iterable[str], unseen: Literal["raise", "keep"] = "raise"
+        self,
+        train_labels: Iterable[str],
+        unseen: Literal["raise", "keep"] = "raise",
+        scheme: TagScheme | None = None,
     ) -> None:
         self.labels: list[str] = sorted(set(train_labels))
         self.num_train_labels = len(self.labels)
         self.unseen = unseen
+        self.scheme = scheme
         self._ids = {label: i for i, label in enumerate(self.labels)}
 
     @classmethod
     def from_sentences(
-        cls, sentences: Iterable[Sequence[str]], unseen: Literal["raise", "keep"] = "raise"
+        cls,
+        sentences: Iterable[Sequence[str]],
+        unseen: Literal["raise", "keep"] = "raise",
+        scheme: TagScheme | None = None,
     ) -> LabelVocabulary:
         """The vocabulary of the labels of the training sentences."""
-        return cls((label for sentence in sentences for label in sentence), unseen)
+        return cls((label for sentence in sentences for label in sentence), unseen, scheme)
 
     def __len__(self) -> int:
         """Train labels plus the unseen labels kept so far."""
@@ -133,11 +154,19 @@ def accuracy(predicted: torch.Tensor, gold: torch.Tensor, num_classes: int) -> f
     return float(multiclass_accuracy(predicted, gold, num_classes, average="micro"))
 
 
-def span_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> float:
-    """Micro F1 over exactly matching chunks (type and boundaries), counted as conlleval does.
+def span_f1(
+    gold: Sequence[Sequence[str]],
+    predicted: Sequence[Sequence[str]],
+    scheme: TagScheme | None = None,
+) -> float:
+    """Micro F1 over exactly matching chunks (type and boundaries) of IOB2 tags.
 
     ``2 P R / (P + R)`` with ``P = correct / predicted chunks`` and ``R = correct / gold chunks``;
     0 when there is no chunk on either side. Chunks never cross sentence boundaries.
+
+    Without ``scheme``, chunks are counted as conlleval does (seqeval's default mode). With it, the
+    tags came from data in ``scheme``: both sides are written back in it (:func:`_in_scheme`) and
+    seqeval's strict mode scores them in it, so the score is seqeval's on the data as written.
     """
     if len(gold) != len(predicted):
         raise ValueError(f"{len(gold)} gold sentences but {len(predicted)} predicted")
@@ -149,7 +178,27 @@ def span_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -
     as_lists = [list(tags) for tags in gold], [list(tags) for tags in predicted]
     from seqeval.metrics import f1_score
 
-    return float(f1_score(*as_lists, zero_division=0))
+    if scheme is None:
+        return float(f1_score(*as_lists, zero_division=0))
+    import seqeval.scheme
+
+    written = [_in_scheme(tags, scheme) for tags in as_lists]
+    reader = getattr(seqeval.scheme, SEQEVAL_SCHEMES[scheme])
+    return float(f1_score(*written, mode="strict", scheme=reader, zero_division=0))
+
+
+def _in_scheme(sentences: list[list[str]], scheme: TagScheme) -> list[list[str]]:
+    """IOB2 tags written in ``scheme``: the chunks seqeval's strict IOB2 mode reads from them.
+
+    That reading opens a chunk only at ``B-X``: an ``I-X`` that continues no X chunk (which a
+    probe may predict) is outside every chunk, whatever ``scheme`` the data uses.
+    """
+    from seqeval.scheme import IOB2, Entities
+
+    return [
+        spans_to_tags([(e.start, e.end, e.tag) for e in entities], len(tags), scheme)
+        for entities, tags in zip(Entities(sentences, IOB2).entities, sentences, strict=True)
+    ]
 
 
 def task_score(
@@ -161,13 +210,14 @@ def task_score(
 ) -> float:
     """``metric`` of label ids ``predicted`` ``(tokens,)`` against ``gold`` ``(tokens,)``.
 
-    The tokens are the sentences of ``sentence_lengths`` one after the other (span F1 needs them).
+    The tokens are the sentences of ``sentence_lengths`` one after the other (span F1 needs them,
+    and scores in ``vocabulary.scheme``).
     """
     if TaskMetric(metric) is TaskMetric.ACCURACY:
         return accuracy(predicted, gold, len(vocabulary))
     gold_tags = vocabulary.decode_sentences(gold, sentence_lengths)
     predicted_tags = vocabulary.decode_sentences(predicted, sentence_lengths)
-    return span_f1(gold_tags, predicted_tags)
+    return span_f1(gold_tags, predicted_tags, vocabulary.scheme)
 
 
 class ControlTask:

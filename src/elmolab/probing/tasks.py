@@ -2,9 +2,11 @@
 
 A **dataset** (config ``extract.datasets.<name>``, :class:`DatasetConfig`) is a reader format and
 one source file per split; ``carve_dev`` carves a dev split from train, deterministically, where the
-dataset has none (CoNLL-2000). The extract stage and the probe stage read splits through one
-:class:`DataCatalog` (the datasets and ``extract.max_sentences``), so both see the same sentences
-in the same order.
+dataset has none (CoNLL-2000). The ``columns`` format reads any file of tokens and span tags in
+columns (CoNLL-2003 NER) as its ``columns`` options (:class:`ColumnsConfig`) say, converting the
+tags from the data's scheme to IOB2; span F1 then scores in the data's scheme. The extract stage
+and the probe stage read splits through one :class:`DataCatalog` (the datasets and
+``extract.max_sentences``), so both see the same sentences in the same order.
 
 A **task** (config ``task``, :class:`TaskConfig`) names the ``<dataset>/<split>`` it trains on,
 selects on (dev) and tests on, and its kind:
@@ -40,8 +42,13 @@ from typing import TypeVar
 from elmolab.errors import ElmolabError
 from elmolab.probing.metrics import ControlTask, LabelVocabulary, TaskMetric
 from elmolab.text.conll import (
+    Separator,
     TaggedSentence,
+    TagScheme,
     carve_dev,
+    column_scheme,
+    is_docstart,
+    read_columns,
     read_conll2000,
     read_conllu,
     read_lines,
@@ -52,6 +59,7 @@ from elmolab.text.wsd import WordNetSenseIndex, WsdSentence, read_raganato, read
 RAGANATO_DATA_SUFFIX = ".data.xml"
 RAGANATO_GOLD_SUFFIX = ".gold.key.txt"
 MULTIWORD_SEPARATOR = re.compile(r"[ _]+")
+AUTO_SCHEME = "auto"  # columns.scheme: the scheme detect_scheme finds in the train split
 E = TypeVar("E", bound=StrEnum)
 
 
@@ -61,6 +69,7 @@ class DatasetFormat(StrEnum):
     CONLLU = "conllu"  # UD: tokens, upos, xpos, heads, deprels
     CONLL2000 = "conll2000"  # tokens, pos, chunks
     WNUT17 = "wnut17"  # tokens, tags
+    COLUMNS = "columns"  # tokens, tags (IOB2, from any scheme): CoNLL-2003-style NER
     SEMCOR = "semcor"  # SemCor 3.0 TSV: sense-tagged sentences (WSD training side)
     RAGANATO = "raganato"  # NAME.data.xml beside NAME.gold.key.txt (WSD evaluation)
 
@@ -97,12 +106,23 @@ class CarveDevConfig:
 
 
 @dataclass
+class ColumnsConfig:
+    """How a ``columns`` dataset's files are read (``elmolab.text.conll.read_columns``)."""
+
+    token_column: int = 0  # 0-based field index of the token (negative: from the end)
+    label_column: int = -1  # field index of the span tag; -1: the last field
+    separator: str = "whitespace"  # a Separator: whitespace (runs of spaces/tabs) or tab
+    scheme: str = AUTO_SCHEME  # a TagScheme (IO, IOB1, IOB2, BIOES), or auto: found in train
+
+
+@dataclass
 class DatasetConfig:
     """Schema of ``extract.datasets.<name>``."""
 
     format: str  # a DatasetFormat
     splits: dict[str, str]  # split name -> source file
     carve_dev: CarveDevConfig | None = None  # carve "dev" out of "train" (then "train" shrinks)
+    columns: ColumnsConfig | None = None  # format columns only; None: the defaults
 
 
 @dataclass
@@ -160,11 +180,13 @@ class TaskConfig:
         return refs
 
 
-def _parse(enum: type[E], value: str, key: str) -> E:
+def _parse(enum: type[E], value: str, key: str, also: Sequence[str] = ()) -> E:
+    """``value`` as a member of ``enum``; the error lists ``also`` (values the caller handles
+    before it asks) with the members."""
     try:
         return enum(value)
     except ValueError:
-        valid = ", ".join(member.value for member in enum)
+        valid = ", ".join([*also, *(member.value for member in enum)])
         raise ElmolabError(f"{key}: {value!r} is not one of {valid}") from None
 
 
@@ -174,7 +196,8 @@ class SplitSource:
 
     ``token_lines[i][j]`` is the 1-based line of token ``j`` of sentence ``i`` in ``path`` (token
     datasets; None for WSD, whose readers name lines themselves). WSD splits keep only the
-    sentences with at least one sense-tagged instance.
+    sentences with at least one sense-tagged instance. ``scheme`` is the tag scheme of a
+    ``columns`` dataset's files, whose tags the sentences hold converted to IOB2.
     """
 
     dataset: str
@@ -183,6 +206,7 @@ class SplitSource:
     path: Path  # the source file (train's for a carved dev)
     sentences: list[TaggedSentence]
     token_lines: list[list[int]] | None
+    scheme: TagScheme | None = None
 
     def units(self) -> list[list[str]]:
         """What each feature vector stands for, per sentence: tokens, or WSD instance ids."""
@@ -238,6 +262,11 @@ def read_split(
 ) -> SplitSource:
     """Read split ``split`` of dataset ``name``; ``wordnet`` checks WSD sense keys against it."""
     fmt = _parse(DatasetFormat, config.format, f"extract.datasets.{name}.format")
+    if config.columns is not None and fmt is not DatasetFormat.COLUMNS:
+        raise ElmolabError(
+            f"extract.datasets.{name}.columns: only format columns takes column options,"
+            f" not {fmt.value}"
+        )
     carve = config.carve_dev if split in ("train", "dev") else None
     if carve is not None and "dev" in config.splits:
         raise ElmolabError(f"extract.datasets.{name}: carve_dev is set but a dev split is given")
@@ -250,23 +279,59 @@ def read_split(
     if fmt.is_wsd:
         sentences: list[TaggedSentence] = [s for s in _read_wsd(fmt, path, wordnet) if s.instances]
         return SplitSource(name, split, fmt, path, sentences, None)
-    sentences = _read_tagged(fmt, path)
+    sentences, scheme = _read_tagged(name, config, fmt, path)
     lines = _token_lines(fmt, path, sentences)
     if carve is not None:
         train, dev = carve_dev(sentences, carve.fraction, carve.seed)
         line_of = {id(s): s_lines for s, s_lines in zip(sentences, lines, strict=True)}
         sentences = train if split == "train" else dev
         lines = [line_of[id(s)] for s in sentences]
-    return SplitSource(name, split, fmt, path, sentences, lines)
+    return SplitSource(name, split, fmt, path, sentences, lines, scheme)
 
 
-def _read_tagged(fmt: DatasetFormat, path: Path) -> list[TaggedSentence]:
+def _read_tagged(
+    name: str, config: DatasetConfig, fmt: DatasetFormat, path: Path
+) -> tuple[list[TaggedSentence], TagScheme | None]:
+    """The sentences of a token dataset's file, and the tag scheme of a columns dataset's files."""
+    if fmt is DatasetFormat.COLUMNS:
+        return _read_columns(name, config, path)
     readers = {
         DatasetFormat.CONLLU: read_conllu,
         DatasetFormat.CONLL2000: read_conll2000,
         DatasetFormat.WNUT17: read_wnut17,
     }
-    return list(readers[fmt](path))
+    return list(readers[fmt](path)), None
+
+
+def _read_columns(
+    name: str, config: DatasetConfig, path: Path
+) -> tuple[list[TaggedSentence], TagScheme]:
+    """A columns dataset's file read with its options, and its tag scheme.
+
+    ``scheme: auto`` takes the scheme :func:`~elmolab.text.conll.detect_scheme` finds in the
+    dataset's train split (in ``path`` itself when the dataset has none), so every split of the
+    dataset is checked against, and converted from, the same scheme.
+    """
+    options = config.columns or ColumnsConfig()
+    key = f"extract.datasets.{name}.columns"
+    separator = _parse(Separator, options.separator, f"{key}.separator")
+    if options.scheme == AUTO_SCHEME:
+        scheme = column_scheme(
+            config.splits.get("train", path),
+            token_column=options.token_column,
+            label_column=options.label_column,
+            separator=separator,
+        )
+    else:
+        scheme = _parse(TagScheme, options.scheme, f"{key}.scheme", also=(AUTO_SCHEME,))
+    sentences = read_columns(
+        path,
+        scheme,
+        token_column=options.token_column,
+        label_column=options.label_column,
+        separator=separator,
+    )
+    return list(sentences), scheme
 
 
 def _read_wsd(
@@ -284,11 +349,12 @@ def _token_lines(
     fmt: DatasetFormat, path: Path, sentences: Sequence[TaggedSentence]
 ) -> list[list[int]]:
     """The line of every token: the token lines of each blank-line-separated block, without
-    CoNLL-U comments, multiword-token ranges and empty nodes (the words the reader keeps)."""
+    CoNLL-U comments, multiword-token ranges and empty nodes (the words the reader keeps); a
+    ``-DOCSTART-`` line separates the blocks of a columns file as a blank line does."""
     blocks: list[list[int]] = []
     block: list[int] = []
     for number, line in enumerate(read_lines(path), start=1):
-        if not line or line.isspace():
+        if not line or line.isspace() or (fmt is DatasetFormat.COLUMNS and is_docstart(line)):
             if block:
                 blocks.append(block)
             block = []
@@ -324,18 +390,24 @@ def task_labels(task: TaskConfig, sources: dict[str, SplitSource]) -> TaskLabels
 
     A dev or test label never seen in train is an ElmolabError naming the file and line unless
     ``task.unseen`` is ``keep``. A control task draws each word type's tag from the training tags.
+    The vocabulary carries the tag scheme span F1 scores in (:func:`_span_scheme`).
     """
     assert task.field is not None, "task.check() rejects token and pair tasks without a field"
     tags = {role: _field_values(source, task.field) for role, source in sources.items()}
+    scheme = _span_scheme(task, sources)
     if task.control_seed is not None:
         control = ControlTask.from_sentences(tags["train"], task.control_seed)
         tags = {
             role: control.relabel(sentence.tokens for sentence in source.sentences)
             for role, source in sources.items()
         }
-        vocabulary = LabelVocabulary(control.tags)
+        vocabulary = LabelVocabulary(control.tags, scheme=scheme)
     else:
-        vocabulary = LabelVocabulary.from_sentences(tags["train"], unseen=task.unseen)  # type: ignore[arg-type]
+        vocabulary = LabelVocabulary.from_sentences(
+            tags["train"],
+            unseen=task.unseen,  # type: ignore[arg-type]
+            scheme=scheme,
+        )
     labels = {
         role: vocabulary.encode(tags[role], path=source.path, lines=source.token_lines)
         for role, source in sources.items()
@@ -344,6 +416,23 @@ def task_labels(task: TaskConfig, sources: dict[str, SplitSource]) -> TaskLabels
     if TaskKind(task.kind) is TaskKind.PAIR:
         heads = {role: _field_values(source, "heads") for role, source in sources.items()}
     return TaskLabels(vocabulary, labels, heads)
+
+
+def _span_scheme(task: TaskConfig, sources: dict[str, SplitSource]) -> TagScheme | None:
+    """The tag scheme a span F1 task is scored in: its data's (None: not span F1, or data read
+    without a scheme, scored as conlleval does). Train, dev and test must agree on it."""
+    if task.metric != TaskMetric.SPAN_F1:
+        return None
+    schemes = {source.scheme for source in sources.values()}
+    if len(schemes) > 1:
+        found = ", ".join(
+            f"{role} {source.dataset} {source.scheme or 'conlleval'}"
+            for role, source in sources.items()
+        )
+        raise ElmolabError(
+            f"task: span F1 scores train, dev and test in one tag scheme, but they differ ({found})"
+        )
+    return schemes.pop()
 
 
 @dataclass(frozen=True)

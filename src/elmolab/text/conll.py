@@ -1,10 +1,16 @@
-"""Readers for the column-format probing data: UD CoNLL-U, CoNLL-2000 chunking and WNUT-17 NER.
+"""Readers for the column-format probing data: UD CoNLL-U, CoNLL-2000 chunking, WNUT-17 NER, and
+any file of tokens and span tags in columns (CoNLL-2003 NER style, :func:`read_columns`).
 
 Every reader returns a list of frozen sentence records whose per-token fields are tuples as long as
 ``tokens``. Bad input raises :class:`~elmolab.errors.ElmolabError` naming the file, the 1-based
 line and what is wrong (``en_ewt-ud-train.conllu:1234: expected 10 tab-separated columns, got 9``).
 Files are read as strict UTF-8 (gzip-compressed when the name ends in ``.gz``); a line that is
 empty or holds only whitespace ends a sentence, and the last sentence needs no blank line after it.
+
+**Span tags.** A span of type X is tagged in one of the schemes of :class:`TagScheme` (IO, IOB1,
+IOB2, BIOES); the records always hold IOB2, the one scheme the probes train on. A column file's
+tags are checked against its scheme, given or found by :func:`detect_scheme`, and converted;
+:func:`spans_to_tags` writes spans back in any scheme (span F1 scores in the data's scheme).
 
 CoNLL-2000 has no dev split: :func:`carve_dev` carves one from train, deterministically.
 """
@@ -14,8 +20,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from os import PathLike
 from typing import TypeVar
 
@@ -29,6 +36,34 @@ CONLL2000_CHUNK_TYPES = frozenset(
 WNUT17_ENTITY_TYPES = frozenset(
     {"corporation", "creative-work", "group", "location", "person", "product"}
 )
+# A line whose first field is this separates documents (CoNLL-2003: ``-DOCSTART- -X- -X- O``).
+DOCSTART = "-DOCSTART-"
+Span = tuple[int, int, str]  # tokens [start, end) of a sentence, and the span's type
+
+
+class TagScheme(StrEnum):
+    """How the tags of a sentence mark its spans; ``O`` is outside every span, X a span type."""
+
+    IO = "IO"  # I-X on every token of a span: two adjacent spans of one type read as one
+    IOB1 = "IOB1"  # I-X on every token; B-X opens a span only right after another X span
+    IOB2 = "IOB2"  # B-X opens every span and I-X continues it (the records' scheme)
+    BIOES = "BIOES"  # B-X opens, I-X continues and E-X ends a span; S-X is a one-token span
+
+
+# The prefixes of each scheme's tags.
+_SCHEME_PREFIXES = {
+    TagScheme.IO: ("I",),
+    TagScheme.IOB1: ("I", "B"),
+    TagScheme.IOB2: ("B", "I"),
+    TagScheme.BIOES: ("B", "I", "E", "S"),
+}
+
+
+class Separator(StrEnum):
+    """How the fields of a line of a column file are separated."""
+
+    WHITESPACE = "whitespace"  # any run of spaces and tabs (CoNLL-2000, CoNLL-2003)
+    TAB = "tab"  # each single tab: fields may hold spaces, and an empty token is an error
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +101,8 @@ class ChunkSentence(TaggedSentence):
 
 @dataclass(frozen=True, slots=True)
 class NerSentence(TaggedSentence):
-    """A WNUT-17 sentence: IOB2 entity tags (``B-person``, ``I-location``, ``O``)."""
+    """A sentence of span tags in IOB2 (``B-person``, ``I-location``, ``O``): WNUT-17's, or a
+    column file's converted from its scheme."""
 
     tags: tuple[str, ...]
 
@@ -122,12 +158,21 @@ def read_lines(path: PathArg) -> list[str]:
     return lines
 
 
-def _blocks(path: PathArg) -> Iterator[tuple[int, list[str]]]:
-    """Yield ``(number of its first line, lines)`` for each run of non-blank lines."""
+def is_docstart(line: str) -> bool:
+    """Whether a non-blank line is a document separator: its first field is :data:`DOCSTART`."""
+    return line.split(maxsplit=1)[0] == DOCSTART
+
+
+def _blocks(path: PathArg, docstart: bool = False) -> Iterator[tuple[int, list[str]]]:
+    """Yield ``(number of its first line, lines)`` for each run of non-blank lines.
+
+    With ``docstart``, a ``-DOCSTART-`` line (:func:`is_docstart`) separates runs as a blank line
+    does, so it starts no sentence of its own however many blank lines surround it.
+    """
     block: list[str] = []
     first = 0
     for number, line in enumerate(read_lines(path), start=1):
-        if line and not line.isspace():
+        if line and not line.isspace() and not (docstart and is_docstart(line)):
             if not block:
                 first = number
             block.append(line)
@@ -142,19 +187,59 @@ def _no_sentences(path: PathArg) -> ElmolabError:
     return ElmolabError("no sentences: the file is empty or blank", path)
 
 
-def _check_iob2(tag: str, previous: str, types: frozenset[str], path: PathArg, line: int) -> None:
-    """Raise unless ``tag`` is ``O``, ``B-TYPE`` or ``I-TYPE`` continuing a TYPE span."""
+def _check_tag(
+    tag: str,
+    previous: str,
+    scheme: TagScheme,
+    path: PathArg,
+    line: int,
+    types: frozenset[str] | None = None,
+) -> str:
+    """Raise unless ``tag`` may follow ``previous`` (``O`` at a sentence start) in ``scheme``;
+    return ``tag`` in IOB2. ``types`` are the span types allowed (None: any).
+
+    IOB2 and BIOES open every span explicitly (an ``I-X`` or ``E-X`` must continue an X span),
+    IOB1 uses ``B-X`` only right after an X span, and BIOES closes every span it opens.
+    """
+    prefix, dash, kind = tag.partition("-")
+    if tag != "O" and (prefix not in _SCHEME_PREFIXES[scheme] or not dash or not kind):
+        forms = ["O", *(f"{allowed}-TYPE" for allowed in _SCHEME_PREFIXES[scheme])]
+        expected = ", ".join(forms[:-1]) + " or " + forms[-1]
+        raise ElmolabError(f"tag {tag!r} is not {scheme} (expected {expected})", path, line)
+    if tag == "O" or prefix in ("B", "S"):
+        _check_closed(previous, scheme, path, line, f"tag {tag!r} follows")
     if tag == "O":
-        return
-    prefix, _, kind = tag.partition("-")
-    if prefix not in ("B", "I") or not kind:
-        raise ElmolabError(f"tag {tag!r} is not IOB2 (expected O, B-TYPE or I-TYPE)", path, line)
-    if kind not in types:
+        return tag
+    if types is not None and kind not in types:
         known = ", ".join(sorted(types))
         raise ElmolabError(f"unknown type {kind!r} in tag {tag!r} (known: {known})", path, line)
-    if prefix == "I" and previous not in (f"B-{kind}", f"I-{kind}"):
+    inside = previous in (f"B-{kind}", f"I-{kind}")  # ``previous`` leaves an X span open
+    if prefix == "B" and scheme is TagScheme.IOB1 and not inside:
         raise ElmolabError(
-            f"tag {tag!r} follows {previous!r}: IOB2 opens every span with B-{kind}", path, line
+            f"tag {tag!r} follows {previous!r}: IOB1 opens a span with I-{kind} and uses"
+            f" B-{kind} only right after another {kind} span",
+            path,
+            line,
+        )
+    if prefix in ("I", "E") and scheme in (TagScheme.IOB2, TagScheme.BIOES) and not inside:
+        single = f" or S-{kind}" if scheme is TagScheme.BIOES else ""
+        raise ElmolabError(
+            f"tag {tag!r} follows {previous!r}: {scheme} opens every span with B-{kind}{single}",
+            path,
+            line,
+        )
+    return f"{'B' if prefix in ('B', 'S') or not inside else 'I'}-{kind}"
+
+
+def _check_closed(previous: str, scheme: TagScheme, path: PathArg, line: int, what: str) -> None:
+    """Raise if ``previous`` leaves a BIOES span open where ``what`` (a new span, ``O``, the
+    sentence end) follows it."""
+    if scheme is TagScheme.BIOES and previous[:2] in ("B-", "I-"):
+        kind = previous[2:]
+        raise ElmolabError(
+            f"{what} {previous!r}: BIOES ends every span with E-{kind} (S-{kind} for one token)",
+            path,
+            line,
         )
 
 
@@ -256,7 +341,7 @@ def read_conll2000(path: PathArg) -> list[ChunkSentence]:
                     number,
                 )
             word, tag, chunk = columns
-            _check_iob2(chunk, previous, CONLL2000_CHUNK_TYPES, path, number)
+            _check_tag(chunk, previous, TagScheme.IOB2, path, number, CONLL2000_CHUNK_TYPES)
             previous = chunk
             tokens.append(word)
             pos.append(tag)
@@ -289,7 +374,7 @@ def read_wnut17(path: PathArg) -> list[NerSentence]:
             token, tag = columns
             if not token:
                 raise ElmolabError("empty token", path, number)
-            _check_iob2(tag, previous, WNUT17_ENTITY_TYPES, path, number)
+            _check_tag(tag, previous, TagScheme.IOB2, path, number, WNUT17_ENTITY_TYPES)
             previous = tag
             tokens.append(token)
             tags.append(tag)
@@ -297,6 +382,161 @@ def read_wnut17(path: PathArg) -> list[NerSentence]:
     if not sentences:
         raise _no_sentences(path)
     return sentences
+
+
+def read_columns(
+    path: PathArg,
+    scheme: TagScheme,
+    *,
+    token_column: int = 0,
+    label_column: int = -1,
+    separator: Separator = Separator.WHITESPACE,
+) -> list[NerSentence]:
+    """Read a column file of tokens and span tags into one :class:`NerSentence` per sentence.
+
+    Format (CoNLL-2003 NER: ``EU NNP B-NP B-ORG``): one line per token, its fields split by
+    ``separator``; the token and the tag are the fields at ``token_column`` and ``label_column``
+    (Python indices: -1 is the last), and every line has as many fields as the first. A blank line
+    ends a sentence, and so does a ``-DOCSTART-`` line, which is skipped. The tags are checked
+    against ``scheme`` (any span types) and converted to IOB2.
+    """
+    sentences = []
+    for numbers, tokens, tags in _column_sentences(path, token_column, label_column, separator):
+        iob2 = []
+        previous = "O"
+        for tag, number in zip(tags, numbers, strict=True):
+            iob2.append(_check_tag(tag, previous, scheme, path, number))
+            previous = tag
+        _check_closed(previous, scheme, path, numbers[-1], "the sentence ends after")
+        sentences.append(NerSentence(tuple(tokens), tuple(iob2)))
+    if not sentences:
+        raise _no_sentences(path)
+    return sentences
+
+
+def column_scheme(
+    path: PathArg,
+    *,
+    token_column: int = 0,
+    label_column: int = -1,
+    separator: Separator = Separator.WHITESPACE,
+) -> TagScheme:
+    """The tag scheme of a column file (:func:`detect_scheme` over its tags)."""
+    sentences = _column_sentences(path, token_column, label_column, separator)
+    return detect_scheme(tags for _, _, tags in sentences)
+
+
+def _column_sentences(
+    path: PathArg, token_column: int, label_column: int, separator: Separator
+) -> Iterator[tuple[list[int], list[str], list[str]]]:
+    """Yield ``(line numbers, tokens, tags)`` for each sentence of a column file (see
+    :func:`read_columns`), checking the field counts; the tags are left as written."""
+    split_on = None if separator is Separator.WHITESPACE else "\t"
+    width = width_line = 0  # the field count of every line, set by the first one
+    for first, block in _blocks(path, docstart=True):
+        numbers, tokens, tags = [], [], []
+        for number, line in enumerate(block, start=first):
+            fields = line.split(split_on)
+            if not width:
+                width, width_line = len(fields), number
+                _check_columns(width, token_column, label_column, separator, path, number)
+            elif len(fields) != width:
+                raise ElmolabError(
+                    f"expected {width} {separator}-separated columns as on line {width_line},"
+                    f" got {len(fields)}",
+                    path,
+                    number,
+                )
+            token = fields[token_column]
+            if not token:
+                raise ElmolabError("empty token", path, number)
+            numbers.append(number)
+            tokens.append(token)
+            tags.append(fields[label_column])
+        yield numbers, tokens, tags
+
+
+def _check_columns(
+    width: int,
+    token_column: int,
+    label_column: int,
+    separator: Separator,
+    path: PathArg,
+    line: int,
+) -> None:
+    """Raise unless both column indices fit lines of ``width`` fields and differ."""
+    for key, index in (("token_column", token_column), ("label_column", label_column)):
+        if not -width <= index < width:
+            raise ElmolabError(
+                f"{key} {index} is past the end of the line ({width} {separator}-separated"
+                " columns)",
+                path,
+                line,
+            )
+    if token_column % width == label_column % width:
+        raise ElmolabError(
+            f"token_column {token_column} and label_column {label_column} are the same column"
+            f" of {width}",
+            path,
+            line,
+        )
+
+
+def detect_scheme(sentences: Iterable[Sequence[str]]) -> TagScheme:
+    """The tag scheme of the tag sequences ``sentences``, from where each prefix occurs.
+
+    The first rule that holds decides:
+
+    1. an ``E-`` or ``S-`` tag anywhere: BIOES;
+    2. a ``B-X`` that opens a span (first in its sentence, or after ``O`` or a tag of another
+       type): IOB2;
+    3. any ``B-X`` (each right after an X span, so separating two adjacent X spans): IOB1;
+    4. only ``I-`` and ``O`` tags: IO.
+
+    IOB1 data that never has two adjacent spans of one type has no ``B-`` tag and is IO; both
+    read the same spans from it. Data that mixes schemes gets the first that holds, and the check
+    of the tags against it reports the first tag that does not fit. Malformed tags are left to
+    that check too.
+    """
+    opens = separates = False  # a B-X that opens a span; one right after an X span
+    for tags in sentences:
+        previous = "O"
+        for tag in tags:
+            prefix, dash, kind = tag.partition("-")
+            if dash and kind:
+                if prefix in ("E", "S"):
+                    return TagScheme.BIOES
+                if prefix == "B":
+                    if previous in (f"B-{kind}", f"I-{kind}"):
+                        separates = True
+                    else:
+                        opens = True
+            previous = tag
+    if opens:
+        return TagScheme.IOB2
+    return TagScheme.IOB1 if separates else TagScheme.IO
+
+
+def spans_to_tags(spans: Iterable[Span], length: int, scheme: TagScheme) -> list[str]:
+    """The ``length`` tags that write ``spans`` (disjoint, in order) in ``scheme``.
+
+    IO cannot separate two adjacent spans of one type: they come out as one.
+    """
+    tags = ["O"] * length
+    previous_end = (-1, "")  # where the last span ended, and its type
+    for start, end, kind in spans:
+        tags[start:end] = [f"I-{kind}"] * (end - start)
+        if scheme is TagScheme.BIOES:
+            if end - start == 1:
+                tags[start] = f"S-{kind}"
+            else:
+                tags[start], tags[end - 1] = f"B-{kind}", f"E-{kind}"
+        elif scheme is TagScheme.IOB2 or (
+            scheme is TagScheme.IOB1 and previous_end == (start, kind)
+        ):
+            tags[start] = f"B-{kind}"
+        previous_end = (end, kind)
+    return tags
 
 
 SentenceT = TypeVar("SentenceT", bound=TaggedSentence)
