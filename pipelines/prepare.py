@@ -6,6 +6,7 @@ Ad hoc: ``python pipelines/prepare.py corpus.vocab_max_size=10000`` writes into 
 
 from pathlib import Path
 
+import _venv  # noqa: F401  (before the project imports: re-runs under .venv if needed)
 from omegaconf import DictConfig
 
 from elmolab.config import run_stage, section

@@ -9,6 +9,7 @@ Ad hoc: ``python pipelines/pretrain.py model=tiny pretrain.max_steps=100`` (Hydr
 import sys
 from pathlib import Path
 
+import _venv  # noqa: F401  (before the project imports: re-runs under .venv if needed)
 from omegaconf import DictConfig
 
 from elmolab.config import run_stage, section

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import _venv  # noqa: F401  (before the project imports: re-runs under .venv if needed)
 from omegaconf import DictConfig
 
 from elmolab.config import run_stage, section

@@ -7,6 +7,7 @@ Under DVC: ``python pipelines/report.py --params params.yaml`` writes ``artifact
 
 from pathlib import Path
 
+import _venv  # noqa: F401  (before the project imports: re-runs under .venv if needed)
 from omegaconf import DictConfig, OmegaConf
 
 from elmolab.config import run_stage, section

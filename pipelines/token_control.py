@@ -7,6 +7,7 @@ and writes ``artifacts/bilm_token/``; the extract stage probes it as encoder ``t
 
 from pathlib import Path
 
+import _venv  # noqa: F401  (before the project imports: re-runs under .venv if needed)
 from omegaconf import DictConfig
 
 from elmolab.config import run_stage
