@@ -1,12 +1,14 @@
 """Extract stage: every biLM layer for every split of every probing dataset, per encoder.
 
-For each encoder (a biLM folder: the trained model, its random-initialisation control, ...) and
+An encoder (``extract.encoders.<name>``, resolved by :func:`encoder_files`) is a biLM folder (the
+trained model, its random-initialisation control, a published ELMo's download folder, ...) or
+bilm-tf's two files named directly, ``{options: <file>, weights: <file>}``. For each encoder and
 each split of each dataset of ``extract.datasets`` (read by ``elmolab.probing.tasks.read_split``)::
 
     <out>/<encoder>/<dataset>/<split>.hdf5            features, DESIGN.md section 5 format
     <out>/<encoder>/<dataset>/<split>.tokens.txt      token datasets: the tokens of each line
     <out>/<encoder>/<dataset>/<split>.instances.txt   WSD datasets: the instance ids of each line
-    <out>/<encoder>/extract.json                      the model, counts and throughput per split
+    <out>/<encoder>/extract.json                      the model's files, counts and throughput
 
 Line ``i`` of a feature file (dataset ``str(i)``) is sentence ``i`` of the split:
 ``(n_layers + 1, n_units, 2 * proj)`` with one unit per token, or, for WSD, one per sense-tagged
@@ -26,8 +28,9 @@ compute in float32). Each encoder's folder appears only when complete.
 from __future__ import annotations
 
 import logging
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,7 @@ from typing import Any
 import h5py
 import numpy as np
 import torch
+from omegaconf.errors import ValidationError
 
 from elmolab.embed import DEFAULT_BATCH_SIZE, embed_sentences
 from elmolab.errors import ElmolabError
@@ -49,15 +53,21 @@ from elmolab.probing.tasks import DataCatalog, DatasetConfig, SplitSource, multi
 log = logging.getLogger("elmolab.extract")
 
 OPTIONS, WEIGHTS = "options.json", "weights.hdf5"  # bilm-tf's files: what dvc.yaml tracks
-CHECKPOINT = "model.pt"  # the pretraining stage's checkpoint, used when there are no bilm-tf files
+CHECKPOINT = "model.pt"  # the pretraining stage's checkpoint, used without those two files
 SUMMARY = "extract.json"
+# bilm-tf's files by role: the keys of an encoder's mapping form, and (as ``*<name>``) the names
+# a folder's files may end with.
+BILM_TF_FILES = {"options": OPTIONS, "weights": WEIGHTS}
+
+# An encoder as configured: a biLM folder, or {options: <file>, weights: <file>}.
+EncoderSource = str | os.PathLike[str] | Mapping[str, str]
 
 
 @dataclass
 class ExtractConfig:
     """Schema of the ``extract`` section (``conf/extract/default.yaml`` gives every value)."""
 
-    encoders: dict[str, str]  # name -> biLM folder
+    encoders: dict[str, Any]  # name -> biLM folder, or {options: <file>, weights: <file>}
     datasets: dict[str, DatasetConfig]  # name -> format and split files
     encoder: str | None  # only this one of ``encoders`` (DVC: a stage per encoder); None: all
     batch_size: int  # sentences per batch
@@ -66,6 +76,20 @@ class ExtractConfig:
     num_threads: int  # torch intra-op threads
     device: str  # cpu, cuda, cuda:<n>, or auto (cuda when available)
     max_sentences: int | None  # the first this-many sentences of each split (None: all)
+
+    def __post_init__(self) -> None:
+        # OmegaConf cannot type "a string or a mapping of two strings"; the shape is checked here,
+        # raised as OmegaConf's own error so that ``elmolab.config.section`` names the config file
+        # and key as it does for any other value of the wrong type. Files are checked at extraction
+        # (the probe stage reads this section too, and needs no biLM).
+        for name, source in self.encoders.items():
+            if not _is_encoder_source(source):
+                error = ValidationError(
+                    f"expected a biLM folder or {{options: <file>, weights: <file>}},"
+                    f" got {source!r}"
+                )
+                error.full_key = f"encoders.{name}"
+                raise error
 
     def catalog(self) -> DataCatalog:
         """The datasets as the probe stage must read them to match these features."""
@@ -82,17 +106,110 @@ def units_path(features: Path, wsd: bool) -> Path:
     return features.with_suffix(".instances.txt" if wsd else ".tokens.txt")
 
 
-def load_encoder(folder: Path) -> BiLM:
-    """The biLM in ``folder``: bilm-tf's ``options.json`` + ``weights.hdf5`` (any bilm-tf model,
-    e.g. a published ELMo, can be an encoder), else an elmolab ``model.pt``."""
-    if (folder / OPTIONS).is_file():
-        return load_bilm(folder / OPTIONS, folder / WEIGHTS)
+@dataclass(frozen=True)
+class EncoderFiles:
+    """The files an encoder's biLM is read from: bilm-tf's ``options`` and ``weights``, or an
+    elmolab ``checkpoint``. ``model`` is what extract.json (and the run's lineage) names as the
+    model: the encoder's folder, or its weights file when the files are named directly."""
+
+    model: Path
+    options: Path | None = None
+    weights: Path | None = None
+    checkpoint: Path | None = None
+
+    def load(self) -> BiLM:
+        """The biLM, in eval mode."""
+        if self.checkpoint is not None:
+            return load_bilm_from_checkpoint(self.checkpoint)
+        assert self.options is not None and self.weights is not None
+        return load_bilm(self.options, self.weights)
+
+    def paths(self) -> dict[str, str]:
+        """The files read, by role (for extract.json: which files a folder resolved to)."""
+        roles = {"options": self.options, "weights": self.weights, "checkpoint": self.checkpoint}
+        return {role: str(path) for role, path in roles.items() if path is not None}
+
+
+def encoder_files(source: EncoderSource, key: str = "the encoder") -> EncoderFiles:
+    """The files of an encoder, checked to exist; ``key`` names it in errors
+    (``extract.encoders.<name>``).
+
+    A mapping names bilm-tf's two files. A folder holds, in this order of preference: bilm-tf's
+    ``options.json`` + ``weights.hdf5`` (what the pretrain stage writes), an elmolab ``model.pt``,
+    or exactly one ``*options.json`` and one ``*weights.hdf5`` under any names (a published ELMo's
+    ``elmo_..._options.json``, bilm-tf's ``lm_weights.hdf5``). Every problem is one ElmolabError
+    naming the path: a missing folder or file, a folder without a biLM, two candidates for a file.
+    """
+    if isinstance(source, Mapping):
+        if not _is_encoder_source(source):
+            raise ElmolabError(
+                f"{key}: expected {{options: <file>, weights: <file>}}, got {source!r}"
+            )
+        options, weights = (_named_file(Path(source[role]), role, key) for role in BILM_TF_FILES)
+        return EncoderFiles(weights, options=options, weights=weights)
+    folder = Path(source)
+    if not folder.is_dir():
+        problem = "not a folder" if folder.exists() else "no such folder"
+        raise ElmolabError(
+            f"{problem} ({key}: a biLM folder, e.g. the pretrain stage's, or"
+            " {options: <file>, weights: <file>})",
+            folder,
+        )
+    if (folder / OPTIONS).is_file() and (folder / WEIGHTS).is_file():
+        return EncoderFiles(folder, options=folder / OPTIONS, weights=folder / WEIGHTS)
     if (folder / CHECKPOINT).is_file():
-        return load_bilm_from_checkpoint(folder / CHECKPOINT)
-    raise ElmolabError(
-        f"no biLM: expected {OPTIONS} and {WEIGHTS}, or {CHECKPOINT} (run the pretrain stage)",
-        folder,
-    )
+        return EncoderFiles(folder, checkpoint=folder / CHECKPOINT)
+    options, weights = (_candidate(folder, role, key) for role in BILM_TF_FILES)
+    if options is not None and weights is not None:
+        return EncoderFiles(folder, options=options, weights=weights)
+    if options is not None or weights is not None:
+        have, lacking = (options, WEIGHTS) if options is not None else (weights, OPTIONS)
+        problem = f"{have.name} but no *{lacking} beside it (nor {CHECKPOINT})"
+    else:
+        problem = f"expected *{OPTIONS} and *{WEIGHTS} (bilm-tf), or {CHECKPOINT} (pretrain stage)"
+    raise ElmolabError(f"no biLM ({key}): {problem}", folder)
+
+
+def load_encoder(source: EncoderSource) -> BiLM:
+    """The biLM of an encoder (see :func:`encoder_files`): any bilm-tf model, e.g. a published
+    ELMo, or an elmolab ``model.pt``."""
+    return encoder_files(source).load()
+
+
+def _is_encoder_source(source: Any) -> bool:
+    """Whether ``source`` has an encoder's shape: a non-empty path, or a mapping of exactly
+    ``options`` and ``weights`` to non-empty paths."""
+    if isinstance(source, Mapping):
+        return sorted(source) == sorted(BILM_TF_FILES) and all(
+            _is_path(source[role]) for role in BILM_TF_FILES
+        )
+    return _is_path(source)
+
+
+def _is_path(value: Any) -> bool:
+    return isinstance(value, os.PathLike) or (isinstance(value, str) and bool(value))
+
+
+def _named_file(path: Path, role: str, key: str) -> Path:
+    """A file named by the mapping form, which must exist."""
+    if not path.is_file():
+        problem = "not a file" if path.exists() else "no such file"
+        raise ElmolabError(f"{problem} ({key}.{role}: bilm-tf's {role} file)", path)
+    return path
+
+
+def _candidate(folder: Path, role: str, key: str) -> Path | None:
+    """The one ``*options.json`` (``*weights.hdf5``) file in ``folder``, or None; two or more
+    are an error, since which one belongs to the model cannot be told."""
+    paths = sorted(path for path in folder.glob(f"*{BILM_TF_FILES[role]}") if path.is_file())
+    if len(paths) > 1:
+        names = ", ".join(path.name for path in paths)
+        raise ElmolabError(
+            f"{len(paths)} bilm-tf {role} files ({names}) for {key}: keep one, or name the files"
+            " as {options: <file>, weights: <file>}",
+            folder,
+        )
+    return paths[0] if paths else None
 
 
 def extract(config: ExtractConfig, out_dir: Path) -> dict[str, Any]:
@@ -109,14 +226,18 @@ def extract(config: ExtractConfig, out_dir: Path) -> dict[str, Any]:
                 f" ({', '.join(encoders)})"
             )
         encoders = {config.encoder: encoders[config.encoder]}
+    # Every selected encoder's files are found before anything is read or written.
+    files = {
+        name: encoder_files(source, f"extract.encoders.{name}") for name, source in encoders.items()
+    }
     torch.set_num_threads(config.num_threads)
     device = _device(config.device)
     sources = config.catalog().sources()
     for source in sources:
         _check_units(source)
     summaries = {}
-    for encoder, folder in encoders.items():
-        model = load_encoder(Path(folder)).to(device)
+    for encoder, found in files.items():
+        model = found.load().to(device)
         started = time.perf_counter()
         with atomic_dir(out_dir / encoder) as tmp:
             splits = {}
@@ -129,7 +250,8 @@ def extract(config: ExtractConfig, out_dir: Path) -> dict[str, Any]:
                 log.info("%s %s: %s", encoder, name, splits[name])
                 failpoint("split_extracted")
             summaries[encoder] = {
-                "model": str(folder),
+                "model": str(found.model),
+                "files": found.paths(),
                 "layers": model.options.lstm.n_layers + 1,
                 "dim": 2 * model.options.lstm.projection_dim,
                 "stateful": config.stateful,
