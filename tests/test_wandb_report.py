@@ -4,13 +4,34 @@ import pytest
 
 wr = pytest.importorskip("wandb_workspaces.reports.v2", reason="needs the reports extra")
 
+from fixtures.report.fake_artifacts import write_probe_runs  # noqa: E402
+
+from elmolab.errors import ElmolabError  # noqa: E402
 from elmolab.tracking import PRETRAIN_CURVES, PRETRAIN_STEP, mix_keys  # noqa: E402
-from elmolab.wandb_report import TASK_METRICS, build_report, main  # noqa: E402
+from elmolab.wandb_report import build_report, main, tasks_in_results  # noqa: E402
+
+# The fake results' tasks and metrics, in the local report's display order.
+TASK_METRICS = {
+    "upos": "accuracy",
+    "xpos": "accuracy",
+    "chunk": "span_f1",
+    "ner": "span_f1",
+    "deplabel": "accuracy",
+    "wsd": "f1",
+    "upos_control": "accuracy",
+}
 
 
 @pytest.fixture(scope="module")
-def report():
-    return build_report("elmolab", "my-team", "exp-tidy-owl")
+def results(tmp_path_factory):
+    probes = tmp_path_factory.mktemp("artifacts") / "probes"
+    write_probe_runs(probes)
+    return probes
+
+
+@pytest.fixture(scope="module")
+def report(results):
+    return build_report("elmolab", "my-team", "exp-tidy-owl", tasks_in_results(results))
 
 
 def grids(report) -> list:
@@ -51,7 +72,35 @@ def test_each_task_compares_feature_modes_for_trained_and_random(report):
         assert weights.groupby == wr.Config("encoder")
 
 
-def test_cli_builds_without_uploading(capsys):
-    assert main(["--project", "p", "--entity", "e", "--group", "g"]) == 0
+def test_tasks_and_encoders_come_from_the_results(results, tmp_path):
+    tasks = tasks_in_results(results)
+    assert {task: runs.metric for task, runs in tasks.items()} == TASK_METRICS
+    assert list(tasks) == list(TASK_METRICS)
+    assert all(runs.encoders == ("trained", "random") for runs in tasks.values())
+    # A task and an encoder the code has never heard of.
+    probes = tmp_path / "probes"
+    write_probe_runs(probes, encoders=("trained", "elmo_small"))
+    (probes / "upos").rename(probes / "pos_ptb")
+    for path in (probes / "pos_ptb").glob("*/*/seed*/metrics.json"):
+        path.write_text(path.read_text().replace('"task": "upos"', '"task": "pos_ptb"'))
+    tasks = tasks_in_results(probes)
+    assert "pos_ptb" in tasks and "upos" not in tasks
+    assert tasks["pos_ptb"].encoders == ("trained", "elmo_small")
+    report = build_report("p", "e", "g", tasks)
+    headings = [b.text for b in report.blocks if isinstance(b, wr.H3)]
+    assert "pos_ptb (accuracy)" in headings
+
+
+def test_no_results_is_one_clear_error(tmp_path, capsys):
+    with pytest.raises(ElmolabError, match="no probe results"):
+        tasks_in_results(tmp_path / "missing")
+    assert (
+        main(["--project", "p", "--entity", "e", "--group", "g", "--results", str(tmp_path)]) == 2
+    )
+    assert "no probe results" in capsys.readouterr().err
+
+
+def test_cli_builds_without_uploading(capsys, results):
+    assert main(["--project", "p", "--entity", "e", "--group", "g", "--results", str(results)]) == 0
     out = capsys.readouterr().out
     assert "16 panels" in out and "not uploaded" in out

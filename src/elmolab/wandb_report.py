@@ -3,13 +3,16 @@
 
 The report has the pretraining curves (``val/ppl*`` and ``train/loss`` against training steps),
 then per probing task a bar chart of the test metric grouped by feature mode (mean over seeds,
-error bars one standard deviation), trained and random encoders as two run sets, and the learned
-scalar-mix weights (``mix/w0..2``). Every run set is restricted to one W&B group: one DVC
-experiment or one sweep.
+error bars one standard deviation), one run set per encoder, and the learned scalar-mix weights
+(``mix/w0..2``). Every run set is restricted to one W&B group: one DVC experiment or one sweep.
 
-Building needs no network; saving does. The command line uploads only when asked::
+The tasks, their metrics and the encoders come from the probe stage's results
+(``artifacts/probes`` by default, :func:`tasks_in_results`), so a task added by configuration
+gets its section without a change here. Building needs no network; saving does. The command line
+uploads only when asked::
 
     python -m elmolab.wandb_report --project elmolab --entity ME --group EXP [--upload]
+        [--results artifacts/probes]
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from elmolab.errors import ElmolabError
+from elmolab.report.collect import ENCODER_ORDER, TASK_ORDER, ordered, read_probe_runs
 from elmolab.tracking import (
     PRETRAIN_CURVES,
     PRETRAIN_STEP,
@@ -30,18 +36,35 @@ from elmolab.tracking import (
     network_available,
 )
 
-# Task -> the metric its probe runs log (test/<metric>); WSD 1-NN logs F1 on the Raganato sets.
-TASK_METRICS = {
-    "upos": "accuracy",
-    "xpos": "accuracy",
-    "chunk": "span_f1",
-    "ner": "span_f1",
-    "deplabel": "accuracy",
-    "wsd": "f1",
-    "upos_control": "accuracy",
-}
-ENCODERS = ("trained", "random")
 N_LAYERS = 3  # biLM layers the scalar mix weights: char CNN + 2 LSTM layers
+DEFAULT_RESULTS = Path("artifacts") / "probes"
+
+
+@dataclass(frozen=True)
+class TaskRuns:
+    """What the probe runs of one task log: ``test/<metric>``, for these encoders."""
+
+    metric: str
+    encoders: tuple[str, ...]
+
+
+def tasks_in_results(probes_dir: Path) -> dict[str, TaskRuns]:
+    """Every task with a scored run under ``probes_dir`` (the probe stage's output layout), its
+    metric and its encoders, in the local report's display order."""
+    if not probes_dir.is_dir():
+        raise ElmolabError("no probe results: run the probe stage first (dvc repro)", probes_dir)
+    metrics: dict[str, str] = {}
+    encoders: dict[str, set[str]] = {}
+    for run in read_probe_runs(probes_dir):
+        if run.applicable and run.metric:
+            metrics.setdefault(run.task, run.metric)
+            encoders.setdefault(run.task, set()).add(run.encoder)
+    if not metrics:
+        raise ElmolabError("no probe results in this folder: run the probe stage first", probes_dir)
+    return {
+        task: TaskRuns(metrics[task], tuple(ordered(encoders[task], ENCODER_ORDER)))
+        for task in ordered(set(metrics), TASK_ORDER)
+    }
 
 
 def _reports() -> Any:
@@ -58,9 +81,10 @@ def build_report(
     project: str,
     entity: str,
     group: str,
-    task_metrics: Mapping[str, str] = TASK_METRICS,
+    tasks: Mapping[str, TaskRuns],
 ) -> Any:
-    """The report (a ``wandb_workspaces.reports.v2.Report``) for the runs of ``group``."""
+    """The report (a ``wandb_workspaces.reports.v2.Report``) for the runs of ``group``, with a
+    section per task of ``tasks`` (:func:`tasks_in_results`)."""
     wr = _reports()
     from wandb_workspaces import expr
 
@@ -73,9 +97,9 @@ def build_report(
         wr.H1("Layer-wise vs scalar-mixed biLM features"),
         wr.P(
             f"Runs of group {group!r}. Each probing task shows its test metric for every "
-            "feature mode (bars: mean over seeds, error bars: standard deviation), for the "
-            "trained biLM and its random-initialisation control, then the scalar-mix weights "
-            "the probe learned per layer. The local report (artifacts/report/index.html) adds "
+            "feature mode (bars: mean over seeds, error bars: standard deviation), for each "
+            "encoder (the trained biLM and its controls), then the scalar-mix weights the probe "
+            "learned per layer. The local report (artifacts/report/index.html) adds "
             "significance tests."
         ),
         wr.H2("Pretraining"),
@@ -94,12 +118,15 @@ def build_report(
         ),
         wr.H2("Probing: every feature mode, per task"),
     ]
-    for task, metric in task_metrics.items():
+    for task, runs in tasks.items():
+        metric = runs.metric
         test_metric = metric_key("test", metric)
         blocks += [
             wr.H3(f"{task} ({metric.replace('_', ' ')})"),
             wr.PanelGrid(
-                runsets=[runset(f"{task} {e}", "probe", task=task, encoder=e) for e in ENCODERS],
+                runsets=[
+                    runset(f"{task} {e}", "probe", task=task, encoder=e) for e in runs.encoders
+                ],
                 panels=[
                     wr.BarPlot(
                         title=f"{task}: {test_metric} by feature mode",
@@ -135,9 +162,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--entity", required=True, help="W&B entity (user or team)")
     parser.add_argument("--group", required=True, help="W&B group: DVC experiment or sweep id")
     parser.add_argument("--upload", action="store_true", help="save the report to W&B")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=DEFAULT_RESULTS,
+        help="the probe stage's results, where the tasks and encoders are found",
+    )
     args = parser.parse_args(argv)
     try:
-        report = build_report(args.project, args.entity, args.group)
+        tasks = tasks_in_results(args.results)
+        report = build_report(args.project, args.entity, args.group, tasks)
         panels = sum(len(getattr(b, "panels", [])) for b in report.blocks)
         print(f"built report {report.title!r}: {len(report.blocks)} blocks, {panels} panels")
         if not args.upload:
