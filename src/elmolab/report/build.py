@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -55,6 +55,8 @@ class InputsConfig:
     probes: str
     vocab: str
     semcor: str
+    # More probe results: Hydra multirun or run folders, or probes folders (collect.probe_roots).
+    sources: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -140,7 +142,10 @@ def _git(cwd: Path, *args: str) -> str:
 def gather(config: ReportConfig, title: str, params_yaml: str, seed: int, cwd: Path) -> ReportData:
     """Read the inputs and compute the statistics and the polysemy table."""
     inputs = collect(
-        Path(config.inputs.bilm), Path(config.inputs.bilm_random), Path(config.inputs.probes)
+        Path(config.inputs.bilm),
+        Path(config.inputs.bilm_random),
+        Path(config.inputs.probes),
+        [Path(source) for source in config.inputs.sources],
     )
     samples = config.significance.bootstrap_samples
     cells = group_cells(inputs.probes)

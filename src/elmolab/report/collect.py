@@ -22,7 +22,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,13 +133,21 @@ class Inputs:
     missing: list[str] = field(default_factory=list)  # one sentence per missing input
 
 
-def collect(bilm_dir: Path, random_dir: Path, probes_dir: Path) -> Inputs:
-    """Read every input the report uses; what is absent is listed in ``Inputs.missing``."""
+def collect(
+    bilm_dir: Path, random_dir: Path, probes_dir: Path, sources: Sequence[Path] = ()
+) -> Inputs:
+    """Read every input the report uses; what is absent is listed in ``Inputs.missing``.
+
+    ``sources`` adds probe results from elsewhere (:func:`probe_roots`): a Hydra multirun folder,
+    one run's folder, or a probes folder. A run found twice is an error naming both files.
+    """
     missing: list[str] = []
     trained = _read_pretraining(bilm_dir, "trained biLM", missing, with_curve=True)
     random = _read_pretraining(random_dir, "random-initialisation control", missing)
-    probes = read_probe_runs(probes_dir) if probes_dir.is_dir() else []
-    curves = read_learning_curve_runs(probes_dir) if probes_dir.is_dir() else []
+    roots = [probes_dir] if probes_dir.is_dir() else []
+    roots += [root for source in sources for root in probe_roots(source)]
+    probes = _unique([run for root in roots for run in read_probe_runs(root)])
+    curves = _unique([run for root in roots for run in read_learning_curve_runs(root)])
     if not probes:
         missing.append(f"no probe results under {probes_dir}/ (the probe stage has not run)")
     else:
@@ -167,6 +175,39 @@ def collect(bilm_dir: Path, random_dir: Path, probes_dir: Path) -> Inputs:
                 f"{FRACTION_PREFIX}<f>/): probe learning curves are not shown"
             )
     return Inputs(trained, random, probes, curves, missing)
+
+
+HYDRA_PROBES = "probes"  # the probe stage's folder inside a Hydra run (multirun job) folder
+
+
+def probe_roots(source: Path) -> list[Path]:
+    """The probe-result folders (``<task>/<features>/<encoder>/...``) of ``report.sources`` entry
+    ``source``: a Hydra multirun folder (``multirun/<time>/<job>/probes``, every job), a Hydra run
+    folder (``outputs/<time>/probes``), or such a probes folder itself."""
+    if not source.is_dir():
+        raise ElmolabError("report.sources: no such folder", source)
+    if (source / HYDRA_PROBES).is_dir():
+        return [source / HYDRA_PROBES]
+    jobs = sorted(
+        (job / HYDRA_PROBES for job in source.iterdir() if (job / HYDRA_PROBES).is_dir()),
+        key=lambda path: (len(path.parent.name), path.parent.name),  # job 2 before job 10
+    )
+    return jobs or [source]
+
+
+def _unique(runs: list[ProbeRun]) -> list[ProbeRun]:
+    """``runs``, or an error naming the two files of a run found twice."""
+    seen: dict[tuple[Any, ...], Path] = {}
+    for run in runs:
+        key = (run.task, run.features, run.encoder, run.seed, run.train_fraction)
+        if key in seen:
+            raise ElmolabError(
+                f"the same probe run (task {run.task}, features {run.features}, encoder "
+                f"{run.encoder}, seed {run.seed}) is also in {seen[key]}: keep one source",
+                run.path,
+            )
+        seen[key] = run.path
+    return runs
 
 
 def _read_pretraining(
