@@ -26,7 +26,9 @@ import pytest
 import torch
 import yaml
 
-pytestmark = pytest.mark.slow
+# Each test runs whole DVC pipelines (the queued-experiments test two of them, about 10 minutes on
+# a slow 2-core CPU): a hang is still caught, a slow machine is not failed for being slow.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = "experiment=smoke"
