@@ -14,7 +14,7 @@ export WANDB_SILENT := true
 # made small ops about 10x slower here (bench/embed.py).
 export OMP_WAIT_POLICY ?= PASSIVE
 # glibc returns freed memory to the OS eagerly by default; page faults then eat ~20% of
-# training time (DESIGN.md section 9). These keep large buffers mapped between steps.
+# training time (docs/architecture.md §7). These keep large buffers mapped between steps.
 export MALLOC_MMAP_THRESHOLD_ := 1073741824
 export MALLOC_TRIM_THRESHOLD_ := 4294967296
 export MALLOC_TOP_PAD_ := 268435456

@@ -3,7 +3,7 @@
 - On ``data/reference/elmo_fixture`` the stateful run in the reference batch order reproduces
   bilm-tf's top layer, and the char CNN its token embeddings, within 1e-6 (fp32).
 - On both fixtures (with and without skip connections) every layer equals an independent float64
-  numpy implementation written from the equations of DESIGN.md section 5.
+  numpy implementation written from the equations of docs/architecture.md §2.
 - The training entry point ``encode_lm`` computes what ``forward`` computes, with dropout in
   training only, gradients everywhere, and states carried between windows.
 """
@@ -24,7 +24,7 @@ from elmolab.io.bilm_tf import load_bilm
 from elmolab.models.bilm import BiLM
 from elmolab.text.chars import char_ids_for_token
 
-ATOL = 1e-6  # the reference tolerance of the fixture (DATASETS.md)
+ATOL = 1e-6  # the reference tolerance of the fixture (the data card, data/README.md)
 
 
 def reference_batches(fixture_dir: Path) -> list[list[list[str]]]:
@@ -78,7 +78,7 @@ def test_token_embeddings_match_bilm_tf(model: BiLM, fixture_dir: Path) -> None:
 
 def numpy_bilm(fixture: Path, tokens: list[str]) -> np.ndarray:
     """Every layer (n_layers + 1, n_tokens, 2 * proj) for one sentence, in float64, from the
-    hdf5 arrays and the equations of DESIGN.md section 5, one token and one step at a time.
+    hdf5 arrays and the equations of docs/architecture.md §2, one token and one step at a time.
     """
     options = json.loads((fixture / "options.json").read_text(encoding="utf-8"))
     cnn, lstm = options["char_cnn"], options["lstm"]

@@ -1,4 +1,4 @@
-"""Character ids exactly as bilm-tf computes them (DESIGN.md section 5)."""
+"""Character ids exactly as bilm-tf computes them (docs/architecture.md §2)."""
 
 import torch
 

@@ -1,7 +1,7 @@
-"""The probing-data readers on the real files: first lines, special cases and DATASETS.md counts.
+"""The probing-data readers on the real files: first lines, special cases and the data card's counts.
 
 Expected values were read off the files themselves; counts are those of
-``../shared/docs/DATASETS.md``. Tests that need ``data/`` skip when it is absent.
+the data card, ``data/README.md`` (pulled with the data). Tests that need ``data/`` skip when it is absent.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ trained model, its random-initialisation control, a published ELMo's download fo
 bilm-tf's two files named directly, ``{options: <file>, weights: <file>}``. For each encoder and
 each split of each dataset of ``extract.datasets`` (read by ``elmolab.probing.tasks.read_split``)::
 
-    <out>/<encoder>/<dataset>/<split>.hdf5            features, DESIGN.md section 5 format
+    <out>/<encoder>/<dataset>/<split>.hdf5            features, docs/architecture.md §3 format
     <out>/<encoder>/<dataset>/<split>.tokens.txt      token datasets: the tokens of each line
     <out>/<encoder>/<dataset>/<split>.instances.txt   WSD datasets: the instance ids of each line
     <out>/<encoder>/extract.json                      the model's files, counts and throughput

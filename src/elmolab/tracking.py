@@ -1,4 +1,4 @@
-"""Weights & Biases tracking (DESIGN.md section 8): optional, offline unless it can be online.
+"""Weights & Biases tracking (docs/architecture.md §6): optional, offline unless it can be online.
 
 A stage wraps its work in :func:`init_run`::
 
@@ -59,7 +59,7 @@ REDACTED = "<redacted>"
 
 
 def metric_key(split: str, name: str) -> str:
-    """The W&B key of a metric: ``train/...``, ``val/...`` or ``test/...`` (DESIGN.md 8)."""
+    """The W&B key of a metric: ``train/...``, ``val/...`` or ``test/...`` (docs/architecture.md §6)."""
     if split not in ("train", "val", "test"):
         raise ValueError(f"split must be train, val or test, got {split!r}")
     return f"{split}/{name}"

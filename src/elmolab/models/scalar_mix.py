@@ -2,7 +2,7 @@
 
 Every probing feature mode but ``concat`` is a :class:`ScalarMix`: ``layer0/1/2`` freeze one-hot
 weights, ``mean`` freezes uniform weights, ``scalar_mix`` learns them. One code path thus serves
-single layers and mixes alike (DESIGN.md section 7).
+single layers and mixes alike (docs/architecture.md §5).
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ FeatureMixer = ScalarMix | LayerConcat
 
 
 class FeatureMode(StrEnum):
-    """The probing feature modes (DESIGN.md section 7); ``layer0`` is the char CNN's output."""
+    """The probing feature modes (docs/architecture.md §5); ``layer0`` is the char CNN's output."""
 
     LAYER0 = "layer0"
     LAYER1 = "layer1"

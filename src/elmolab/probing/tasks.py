@@ -1,4 +1,4 @@
-"""The probing tasks and the datasets they read (DESIGN.md section 7).
+"""The probing tasks and the datasets they read (docs/architecture.md §5).
 
 A **dataset** (config ``extract.datasets.<name>``, :class:`DatasetConfig`) is a reader format and
 one source file per split; ``carve_dev`` carves a dev split from train, deterministically, where the

@@ -522,7 +522,7 @@ def findings(data: ReportData) -> list[str]:
 
 
 def _paper_directions(data: ReportData, encoder: str) -> list[str]:
-    """Whether the layer orders the ELMo paper found hold here (DESIGN.md section 7)."""
+    """Whether the layer orders the ELMo paper found hold here (docs/architecture.md §5)."""
     parts = []
     for task, (better, worse, paper) in PAPER_LAYER_ORDERS.items():
         a, b = data.cells.get((task, better, encoder)), data.cells.get((task, worse, encoder))
