@@ -165,7 +165,8 @@ def test_a_failed_run_keeps_the_previous_output(tmp_path):
 @pytest.mark.parametrize(
     ("name", "reader", "path", "documents", "sentences", "tokens"),
     [
-        # The data card (data/README.md): MASC 592,536 and Brown 1,161,192 tokens (whitespace tokens of the source)
+        # The data card (data/README.md): MASC 592,536 and Brown 1,161,192 tokens (whitespace
+        # tokens of the source)
         ("masc", "masc", "corpus/masc_tagged.zip", 392, 34533, 592536),
         ("brown", "brown", "corpus/brown.zip", 500, 57340, 1161192),
     ],

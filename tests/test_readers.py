@@ -1,7 +1,7 @@
-"""The probing-data readers on the real files: first lines, special cases and the data card's counts.
+"""The probing-data readers on the real files: first lines, special cases, the data card's counts.
 
-Expected values were read off the files themselves; counts are those of
-the data card, ``data/README.md`` (pulled with the data). Tests that need ``data/`` skip when it is absent.
+Expected values were read off the files themselves; counts are those of the data card,
+``data/README.md`` (pulled with the data). Tests that need ``data/`` skip when it is absent.
 """
 
 from __future__ import annotations

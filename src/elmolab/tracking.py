@@ -59,7 +59,8 @@ REDACTED = "<redacted>"
 
 
 def metric_key(split: str, name: str) -> str:
-    """The W&B key of a metric: ``train/...``, ``val/...`` or ``test/...`` (docs/architecture.md §6)."""
+    """The W&B key of a metric: ``train/...``, ``val/...`` or ``test/...``
+    (docs/architecture.md §6)."""
     if split not in ("train", "val", "test"):
         raise ValueError(f"split must be train, val or test, got {split!r}")
     return f"{split}/{name}"
