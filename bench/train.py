@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 
 from elmolab.config import section
 from elmolab.hardware import cpu_model, native_bf16_flags
-from elmolab.models.char_cnn import PAD_ID, TOKENS_PER_CHUNK
+from elmolab.models.char_cnn import length_chunks
 from elmolab.params import compose_params
 from elmolab.text.vocab import Vocabulary
 from elmolab.training.data import LMDataModule
@@ -67,19 +67,15 @@ def computed_token_flop(model: ModelConfig, data: LMDataModule, batches: int = 2
     cnn, proj = model.char_cnn, model.lstm["projection_dim"]
     n_filters = sum(n for _, n in cnn["filters"])
     max_width = max(w for w, _ in cnn["filters"])
-    chars, char_dim = cnn["max_characters_per_token"], cnn["embedding"]["dim"]
+    char_dim = cnn["embedding"]["dim"]
     total, tokens = 0.0, 0
     for _, batch in zip(range(batches), iter(data.train_dataloader()), strict=False):
         both = torch.cat([batch["forward_char_ids"], batch["backward_char_ids"]])
         distinct = torch.unique(both.reshape(-1, both.shape[-1]), dim=0)  # (distinct, chars)
-        positions = torch.arange(1, chars + 1)
-        is_char = (distinct != PAD_ID) & (distinct != 0)
-        lengths = sorted((is_char * positions).amax(dim=1).tolist())
-        for start in range(0, len(lengths), TOKENS_PER_CHUNK):
-            chunk = lengths[start : start + TOKENS_PER_CHUNK]
-            frame = min(chars, chunk[-1] + max_width)
-            total += 2 * len(chunk) * frame * max_width * char_dim * n_filters
-        total += len(lengths) * (cnn["n_highway"] * 4 * n_filters**2 + 2 * n_filters * proj)
+        _, chunks = length_chunks(distinct, max_width)
+        for start, end, frame in chunks:
+            total += 2 * (end - start) * frame * max_width * char_dim * n_filters
+        total += len(distinct) * (cnn["n_highway"] * 4 * n_filters**2 + 2 * n_filters * proj)
         tokens += batch["forward_char_ids"].shape[0] * batch["forward_char_ids"].shape[1]
     return total / tokens
 

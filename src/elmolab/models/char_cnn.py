@@ -44,6 +44,23 @@ TOKENS_PER_CHUNK = 32  # conv outputs of a chunk stay in cache (measured: 2x fas
 ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh}
 
 
+def length_chunks(char_ids: Tensor, max_width: int) -> tuple[Tensor, list[tuple[int, int, int]]]:
+    """How the fast path cuts ``char_ids`` (tokens, chars): the tokens' order, shortest first, and
+    per chunk of ``TOKENS_PER_CHUNK`` tokens of that order ``(start, end, frame)``, the frame being
+    the chunk's longest token plus the widest filter (at most ``chars``) characters."""
+    chars = char_ids.shape[1]
+    positions = torch.arange(1, chars + 1, device=char_ids.device)  # (chars,)
+    is_char = (char_ids != PAD_ID) & (char_ids != 0)  # (tokens, chars)
+    lengths = (is_char * positions).amax(dim=1)  # (tokens,) last character + 1
+    order = torch.argsort(lengths)  # shortest first, so each chunk gets a short frame
+    sorted_lengths = lengths[order].tolist()
+    chunks = []
+    for start in range(0, len(sorted_lengths), TOKENS_PER_CHUNK):
+        end = min(start + TOKENS_PER_CHUNK, len(sorted_lengths))
+        chunks.append((start, end, min(chars, sorted_lengths[end - 1] + max_width)))
+    return order, chunks
+
+
 class Highway(nn.Module):
     """One highway layer in bilm-tf's convention (the "carry" gate multiplies the transform)::
 
@@ -152,21 +169,15 @@ class CharCNN(nn.Module):
         """Max over positions of every filter, plus bias, through the activation."""
         chars = char_ids.shape[1]
         positions = torch.arange(1, chars + 1, device=char_ids.device)  # (chars,)
-        is_char = (char_ids != PAD_ID) & (char_ids != 0)  # (tokens, chars)
-        lengths = (is_char * positions).amax(dim=1)  # (tokens,) last character + 1
-        order = torch.argsort(lengths)  # shortest first, so each chunk gets a short frame
-        sorted_lengths = lengths[order].tolist()
+        order, chunks = length_chunks(char_ids, self.max_width)
         # Every kernel zero-padded to max_width, all filters side by side in one matrix.
         kernel = torch.cat(
             [F.pad(w, (0, 0, 0, 0, 0, self.max_width - w.shape[0])) for w in self.conv_weights],
             dim=-1,
         ).flatten(0, 1)  # (max_width * char_dim, n_filters)
         maxima = []
-        for start in range(0, len(sorted_lengths), TOKENS_PER_CHUNK):
-            chunk = char_ids[order[start : start + TOKENS_PER_CHUNK]]  # (chunk, chars)
-            longest = sorted_lengths[min(start + TOKENS_PER_CHUNK, len(sorted_lengths)) - 1]
-            frame = min(chars, longest + self.max_width)
-            chunk = chunk[:, :frame]  # (chunk, frame)
+        for start, end, frame in chunks:
+            chunk = char_ids[order[start:end], :frame]  # (chunk, frame)
             # Windows may run past the frame: extend each row with its last id (padding, or 0
             # for an empty row), so that they repeat an all-padding window of the frame.
             chunk = torch.cat([chunk, chunk[:, -1:].expand(-1, self.max_width - 1)], dim=1)

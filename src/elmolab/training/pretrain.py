@@ -41,7 +41,7 @@ import h5py
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, Timer, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
@@ -184,15 +184,9 @@ class ProgressLine(Callback):
     would print control characters: step, training tokens/s, training loss, the last validation
     perplexities (carried and stateless) and the time left at the pace so far."""
 
-    def __init__(
-        self,
-        throughput: _Throughput,
-        every_seconds: float = 30.0,
-        max_seconds: float | None = None,
-    ) -> None:
+    def __init__(self, throughput: _Throughput, every_seconds: float = 30.0) -> None:
         self.throughput = throughput
         self.every_seconds = every_seconds
-        self.max_seconds = max_seconds  # pretrain.max_time, which may end the run first
         self._start = self._last = 0.0
         self._first_step = 0
 
@@ -224,8 +218,10 @@ class ProgressLine(Callback):
         left = math.inf
         if total and total > 0 and done > 0:
             left = (total - step) * elapsed / done
-        if self.max_seconds is not None:
-            left = min(left, max(0.0, self.max_seconds - elapsed))
+        for timer in (c for c in trainer.callbacks if isinstance(c, Timer)):  # pretrain.max_time
+            remaining = timer.time_remaining()
+            if remaining is not None:
+                left = min(left, max(0.0, remaining))
         if math.isfinite(left):
             parts.append(f"{int(left // 60)}:{int(left % 60):02d} left")
         return " | ".join(parts)
@@ -298,11 +294,10 @@ def pretrain(
     throughput = _Throughput(cfg.batch_size * cfg.unroll_steps)
     # A bar in a terminal; plain progress lines in logs (dvc repro, CI, a batch job).
     terminal = sys.stdout.isatty()
-    progress: list[Callback] = []
-    if trainer_cfg.enable_progress_bar and terminal:
-        progress.append(TQDMProgressBar())
-    elif not terminal:
-        progress.append(ProgressLine(throughput, max_seconds=_seconds(cfg.max_time)))
+    bar = trainer_cfg.enable_progress_bar and terminal
+    progress: list[Callback] = [TQDMProgressBar()] if bar else []
+    if not terminal:
+        progress.append(ProgressLine(throughput))
     checkpoint = ModelCheckpoint(
         dirpath=ckpt_dir,
         every_n_train_steps=cfg.checkpoint_every_n_steps,
@@ -329,7 +324,7 @@ def pretrain(
         gradient_clip_val=cfg.gradient_clip_val,
         gradient_clip_algorithm="norm",
         log_every_n_steps=trainer_cfg.log_every_n_steps,
-        enable_progress_bar=bool(progress) and isinstance(progress[0], TQDMProgressBar),
+        enable_progress_bar=bar,
         deterministic=trainer_cfg.deterministic,
         callbacks=[checkpoint, throughput, *progress],
         logger=[csv_logger, *(loggers or [])],
@@ -379,8 +374,7 @@ STATELESS_GAP_LIMIT = 1.25
 def state_check(val: dict[str, float]) -> dict[str, Any]:
     """How far the stateless perplexities are from the carried ones (ratios per direction)."""
     ratios = {d: round(val[f"stateless_ppl_{d}"] / val[f"ppl_{d}"], 3) for d in ("fwd", "bwd")}
-    worst = max(ratios, key=ratios.get)
-    ok = ratios[worst] <= STATELESS_GAP_LIMIT
+    ok = max(ratios.values()) <= STATELESS_GAP_LIMIT
     message = (
         f"stateless / carried validation perplexity: forward x{ratios['fwd']}, backward "
         f"x{ratios['bwd']}"
@@ -511,16 +505,6 @@ def write_curve(metrics_csvs: list[Path], out: Path, tokens_per_step: float) -> 
                     *(row.get(column.replace("_", "/", 1), "") for column in CURVE_COLUMNS[2:]),
                 ]
             )
-
-
-def _seconds(duration: str | None) -> float | None:
-    """``"DD:HH:MM:SS"`` (Lightning's max_time) in seconds; None stays None."""
-    if duration is None:
-        return None
-    seconds = 0.0
-    for part, unit in zip(reversed(duration.split(":")), (1, 60, 3600, 86400), strict=False):
-        seconds += float(part) * unit
-    return seconds
 
 
 def _attempt_number(path: Path) -> int:

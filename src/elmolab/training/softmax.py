@@ -288,11 +288,7 @@ class LMSoftmax(nn.Module):
 
     def loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean training NLL of ``kind``: ``hidden (N, dim)``, ``targets (N,)`` -> scalar."""
-        if self.adaptive is not None:
-            return self.adaptive(hidden, targets).loss
-        if self._initial_draws is not None:
-            return self._sampled_nll(hidden, targets).mean()
-        return F.cross_entropy(self._full_logits(hidden).float(), targets)
+        return self.nll(hidden, targets).mean()
 
     def nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Per-row training NLL of ``kind``: ``(N, dim), (N,)`` -> ``(N,)``; ``sampled`` draws
