@@ -1,10 +1,10 @@
-"""Probe stage: one cell of the grid, a task and a feature mode, on every encoder
-(config: ``probe``, ``task``, ``features``, ``grid``, and ``extract``'s datasets).
+"""Probe stage: one cell of the grid, a task, with every feature mode on every encoder
+(config: ``probe``, ``task``, ``grid``, and ``extract``'s datasets).
 
-Under DVC, a matrix cell runs every seed of ``grid.seeds``:
-``python pipelines/probe.py --params params.yaml task=upos features=layer1`` writes
-``artifacts/probes/upos/layer1/<encoder>/seed<k>/``. Ad hoc or as a sweep, each job runs the one
-seed ``seed``::
+Under DVC, a cell runs every feature mode of ``grid.features`` and every seed of ``grid.seeds``:
+``python pipelines/probe.py --params params.yaml task=upos`` writes
+``artifacts/probes/upos/<features>/<encoder>/seed<k>/``. Ad hoc or as a sweep, each job runs the
+one feature mode ``features`` and the one seed ``seed``::
 
     python pipelines/probe.py -m task=upos,chunk features=layer0,scalar_mix seed=1,2,3
 
@@ -17,41 +17,56 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import _venv  # noqa: F401  (before the project imports: re-runs under .venv if needed)
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from elmolab.config import run_stage, section
+from elmolab.errors import ElmolabError
 from elmolab.extract import ExtractConfig
-from elmolab.probing.runner import FeaturesConfig, GridConfig, ProbeSettings, run_cell
+from elmolab.probing.engine import ProbeSettings
+from elmolab.probing.runner import FeaturesConfig, GridConfig, run_cell
 from elmolab.probing.tasks import TaskConfig
 from elmolab.tracking import init_run, run_tags
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
-def run_cell_seeds(cfg: DictConfig, out_dir: Path, seeds: Sequence[int]) -> dict:
+def run_cell_modes(cfg: DictConfig, out_dir: Path, modes: Sequence[str], seeds: Sequence[int]):
     task = section(cfg, "task", TaskConfig)
-    mode = section(cfg, "features", FeaturesConfig).mode
     catalog = section(cfg, "extract", ExtractConfig).catalog()
     settings = section(cfg, "probe", ProbeSettings)
 
     def start_run(fields: dict):
         seed = "" if fields["seed"] is None else f"/seed{fields['seed']}"
-        name = f"probe@{task.name}-{mode}/{fields['encoder']}{seed}"
+        fraction = fields.get("train_fraction", 1.0)
+        curve = "" if fraction == 1.0 else f"/fraction_{fraction:g}"
+        name = f"probe@{task.name}/{fields['features']}/{fields['encoder']}{seed}{curve}"
         return init_run(cfg, job_type="probe", name=name, tags=run_tags(**fields), config=fields)
 
-    cell_dir = out_dir / task.name / mode
-    results = run_cell(task, mode, catalog, settings, seeds, cell_dir, start_run)
+    cell_dir = out_dir / task.name
+    results = run_cell(task, modes, catalog, settings, seeds, cell_dir, start_run)
     return {"cell": str(cell_dir), "runs": len(results)}
 
 
-def run_grid_seeds(cfg: DictConfig, out_dir: Path) -> dict:
-    return run_cell_seeds(cfg, out_dir, section(cfg, "grid", GridConfig).seeds)
+def run_grid(cfg: DictConfig, out_dir: Path) -> dict:
+    """Under DVC: every feature mode of the grid (``conf/features/<name>.yaml``), every seed."""
+    grid = section(cfg, "grid", GridConfig)
+    modes = [_feature_mode(name) for name in grid.features]
+    return run_cell_modes(cfg, out_dir, modes, grid.seeds)
 
 
-def run_one_seed(cfg: DictConfig, out_dir: Path) -> dict:
-    return run_cell_seeds(cfg, out_dir, [cfg.seed])
+def run_one(cfg: DictConfig, out_dir: Path) -> dict:
+    """Ad hoc or one job of a sweep: the composed ``features`` and ``seed``."""
+    return run_cell_modes(cfg, out_dir, [section(cfg, "features", FeaturesConfig).mode], [cfg.seed])
+
+
+def _feature_mode(name: str) -> str:
+    path = CONF_DIR / "features" / f"{name}.yaml"
+    if not path.is_file():
+        choices = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise ElmolabError(f"grid.features: no {path} (choices: {', '.join(choices)})")
+    return section(OmegaConf.load(path), "", FeaturesConfig, where=str(path)).mode
 
 
 if __name__ == "__main__":
     under_dvc = sys.argv[1:2] == ["--params"]
-    run_stage(run_grid_seeds if under_dvc else run_one_seed, stage="probes", conf_dir=CONF_DIR)
+    run_stage(run_grid if under_dvc else run_one, stage="probes", conf_dir=CONF_DIR)

@@ -40,3 +40,16 @@ def pytest_configure(config):
     import torch
 
     torch.set_num_threads(1)
+
+
+def default_probe_settings():
+    """``probe`` as ``conf/probe/default.yaml`` sets it (the only place its values live)."""
+    from omegaconf import OmegaConf
+
+    from elmolab.config import section
+    from elmolab.probing.engine import ProbeSettings
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    cfg = OmegaConf.create({"paths": {"artifacts": "artifacts", "data": "data"}})
+    cfg.probe = OmegaConf.load(conf / "probe" / "default.yaml")
+    return section(cfg, "probe", ProbeSettings, where=str(conf / "probe" / "default.yaml"))

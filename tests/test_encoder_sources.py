@@ -35,7 +35,8 @@ from elmolab.extract import (
     read_split_features,
 )
 from elmolab.models.bilm import BiLM
-from elmolab.probing.runner import ProbeSettings, run_cell
+from elmolab.probing.engine import ProbeSettings
+from elmolab.probing.runner import run_cell
 from elmolab.probing.tasks import TaskConfig
 
 OPTIONS, WEIGHTS = "elmo_test_options.json", "elmo_test_weights.hdf5"  # published-style names
@@ -198,16 +199,16 @@ def test_the_documented_ad_hoc_commands_extract_and_probe_without_pretraining(
         "probe.train_fractions=[]",
         "probe.workers=1",
     )
-    cell = tmp_path / "probes" / "upos" / "layer1"
+    cell = tmp_path / "probes" / "upos"
     run_cell(
         section(cfg, "task", TaskConfig),
-        "layer1",
+        ["layer1"],
         section(cfg, "extract", ExtractConfig).catalog(),
         section(cfg, "probe", ProbeSettings),
         [1],
         cell,
     )
-    metrics = json.loads((cell / "fixture" / "seed1" / "metrics.json").read_text())
+    metrics = json.loads((cell / "layer1" / "fixture" / "seed1" / "metrics.json").read_text())
     assert metrics["encoder"] == "fixture"
     assert not (tmp_path / "artifacts").exists()
 

@@ -16,7 +16,8 @@ from test_extract import SENTENCES, make_workspace
 from elmolab.config import load_params, section
 from elmolab.errors import ElmolabError
 from elmolab.extract import ExtractConfig
-from elmolab.probing.runner import FeaturesConfig, ProbeSettings, run_cell, training_subset
+from elmolab.probing.engine import ProbeSettings
+from elmolab.probing.runner import run_cell, training_subset
 from elmolab.probing.tasks import TaskConfig
 from elmolab.report.collect import read_probe_runs
 
@@ -36,6 +37,7 @@ RUN_KEYS = {
     "test",
     "best_epoch",
     "epochs",
+    "hit_epoch_cap",
     "mix_weights",
     "gamma",
     "wall_seconds",
@@ -55,33 +57,32 @@ def params(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _cell(params: Path, task: str, features: str) -> tuple[DictConfig, dict]:
-    """The config of a DVC matrix cell, and the arguments of ``run_cell`` for it."""
-    cfg = load_params(params, [f"task={task}", f"features={features}"], CONF)
+def _cell(params: Path, task: str, modes: list[str]) -> tuple[DictConfig, dict]:
+    """The config of a DVC cell (one task), and the arguments of ``run_cell`` for ``modes``."""
+    cfg = load_params(params, [f"task={task}"], CONF)
     probes = Path(cfg.paths.artifacts) / "probes"
     return cfg, {
         "task": section(cfg, "task", TaskConfig),
-        "mode": section(cfg, "features", FeaturesConfig).mode,
+        "modes": modes,
         "data": section(cfg, "extract", ExtractConfig).catalog(),
         "settings": section(cfg, "probe", ProbeSettings),
         "seeds": list(cfg.grid.seeds),
-        "cell_dir": probes / task / features,
+        "cell_dir": probes / task,
     }
 
 
 def test_each_kind_of_task_writes_the_runs_the_report_reads(params: Path) -> None:
     cells = [
-        ("upos", "scalar_mix"),
-        ("deplabel", "layer1"),
-        ("deparc", "layer1"),
-        ("structural", "scalar_mix"),
-        ("upos_control", "concat"),
-        ("ner", "layer0"),
-        ("wsd", "layer2"),
-        ("wsd", "scalar_mix"),
+        ("upos", ["scalar_mix"]),
+        ("deplabel", ["layer1"]),
+        ("deparc", ["layer1"]),
+        ("structural", ["scalar_mix"]),
+        ("upos_control", ["concat"]),
+        ("ner", ["layer0"]),
+        ("wsd", ["layer2", "scalar_mix"]),
     ]
-    for task, features in cells:
-        _, arguments = _cell(params, task, features)
+    for task, modes in cells:
+        _, arguments = _cell(params, task, modes)
         run_cell(**arguments)
     probes = Path(load_params(params, [], CONF).paths.artifacts) / "probes"
     runs = read_probe_runs(probes)
@@ -151,17 +152,27 @@ def test_each_kind_of_task_writes_the_runs_the_report_reads(params: Path) -> Non
     assert not_applicable["applicable"] is False and not_applicable["seed"] is None
 
 
-def test_the_dvc_cell_command_runs_every_seed_of_the_grid(params: Path) -> None:
+def test_the_dvc_cell_command_runs_every_mode_and_seed_of_the_grid(params: Path) -> None:
     command = [sys.executable, "pipelines/probe.py", "--params", str(params)]
+    modes = ["mean", "concat"]
     proc = subprocess.run(
-        [*command, "task=chunk", "features=mean"], cwd=ROOT, capture_output=True, text=True
+        [*command, "task=chunk", f"grid.features=[{','.join(modes)}]"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stderr
-    cell = Path(load_params(params, [], CONF).paths.artifacts) / "probes" / "chunk" / "mean"
-    found = sorted(str(p.relative_to(cell)) for p in cell.glob("*/*/metrics.json"))
-    assert found == [f"{e}/seed{k}/metrics.json" for e in sorted(ENCODERS) for k in (1, 2)]
-    metrics = json.loads((cell / "trained" / "seed1" / "metrics.json").read_text())
+    cell = Path(load_params(params, [], CONF).paths.artifacts) / "probes" / "chunk"
+    found = sorted(str(p.relative_to(cell)) for p in cell.glob("*/*/*/metrics.json"))
+    assert found == [
+        f"{m}/{e}/seed{k}/metrics.json"
+        for m in sorted(modes)
+        for e in sorted(ENCODERS)
+        for k in (1, 2)
+    ]
+    metrics = json.loads((cell / "mean" / "trained" / "seed1" / "metrics.json").read_text())
     assert metrics["metric"] == "span_f1" and metrics["per_sentence_test"] is None
+    assert 0 <= metrics["test_untyped_f1"] <= 1 and metrics["hit_epoch_cap"] in (True, False)
 
 
 @pytest.mark.parametrize("launcher", ["basic", "local_pair"])
@@ -202,7 +213,7 @@ def test_a_hydra_multirun_writes_one_result_per_job(
 def test_a_dev_label_never_seen_in_train_names_the_file_and_line(
     params: Path, tmp_path: Path
 ) -> None:
-    _, arguments = _cell(params, "upos", "layer1")
+    _, arguments = _cell(params, "upos", ["layer1"])
     arguments["settings"].unseen = None  # the task's own setting: raise
     dev = Path(arguments["data"].datasets["ud_english_ewt"].splits["dev"])
     lines = dev.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -220,7 +231,7 @@ def test_a_dev_label_never_seen_in_train_names_the_file_and_line(
 def test_a_sense_key_missing_from_wordnet_names_the_file_and_line(
     params: Path, tmp_path: Path
 ) -> None:
-    _, arguments = _cell(params, "wsd", "layer1")
+    _, arguments = _cell(params, "wsd", ["layer1"])
     wordnet = Path(arguments["task"].wordnet)
     semcor = arguments["data"].datasets["semcor30"].splits["train"]
     index = wordnet.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -236,7 +247,7 @@ def test_a_sense_key_missing_from_wordnet_names_the_file_and_line(
 def test_features_of_other_data_fail_the_cell_and_write_nothing(
     params: Path, tmp_path: Path
 ) -> None:
-    _, arguments = _cell(params, "xpos", "layer0")
+    _, arguments = _cell(params, "xpos", ["layer0"])
     features = tmp_path / "features"
     shutil.copytree(arguments["settings"].features_dir, features)
     sidecar = features / "random" / "ud_english_ewt" / "dev.tokens.txt"
@@ -254,7 +265,7 @@ def test_encoders_in_worker_processes_give_the_same_results_as_in_one(
 ) -> None:
     outcomes = {}
     for workers in (1, 2):
-        _, arguments = _cell(params, "chunk", "scalar_mix")
+        _, arguments = _cell(params, "chunk", ["scalar_mix"])
         arguments["settings"].workers = workers
         arguments["cell_dir"] = tmp_path / f"workers{workers}"
         runs = run_cell(**arguments)
@@ -265,7 +276,7 @@ def test_encoders_in_worker_processes_give_the_same_results_as_in_one(
         (encoder, seed, fraction)
         for encoder in ENCODERS
         for seed in (1, 2)
-        for fraction in (1.0, 0.01, 0.1)
+        for fraction in (1.0, 0.1, 0.01)
     ]
     assert outcomes[1] == outcomes[2]
 

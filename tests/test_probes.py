@@ -1,4 +1,5 @@
-"""Probes on synthetic features: they learn, deterministically; datasets, labels, control task."""
+"""The probe engine on synthetic features: probes learn, deterministically, and training heads
+together equals training each alone; datasets, labels, control task."""
 
 import dataclasses
 import json
@@ -7,18 +8,30 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import torch
+from conftest import default_probe_settings
 
 from elmolab.errors import ElmolabError
+from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing import (
     ControlTask,
     FeatureDataset,
+    Head,
     LabelVocabulary,
-    ProbeConfig,
-    train_probe,
+    ProbeResult,
+    train_heads,
 )
 
 LABELS = ["ADJ", "NOUN", "VERB"]
-FAST = ProbeConfig(lr=0.05, batch_size=32, max_epochs=15, patience=4)
+FAST = dataclasses.replace(
+    default_probe_settings(),
+    lr=0.05,
+    mix_lr=0.05,
+    lr_decay=1.0,
+    batch_size=32,
+    max_epochs=15,
+    patience=4,
+    min_epoch_tokens=0,
+)
 
 
 def _split(
@@ -62,65 +75,95 @@ def splits() -> tuple[FeatureDataset, FeatureDataset, FeatureDataset]:
     return _split(40, 0)[0], _split(10, 1)[0], _split(10, 2)[0]
 
 
-@pytest.mark.parametrize("mode", ["layer1", "scalar_mix", "concat"])
-def test_linear_probe_learns_a_separable_task(
-    splits: tuple[FeatureDataset, ...], mode: str
-) -> None:
-    result = train_probe(
-        *splits, LabelVocabulary(LABELS), mode=mode, metric="accuracy", seed=0, config=FAST
+def _train(
+    splits: tuple[FeatureDataset, ...],
+    modes: list[str],
+    seeds: tuple[int, ...] = (0,),
+    vocabulary: LabelVocabulary | None = None,
+    metric: str = "accuracy",
+    settings=FAST,
+) -> list[ProbeResult]:
+    heads = [Head(FeatureMode(mode), seed) for mode in modes for seed in seeds]
+    pair = splits[0].heads is not None
+    return train_heads(
+        heads,
+        dict(zip(("train", "dev", "test"), splits, strict=True)),
+        settings,
+        kind="pair" if pair else "token",
+        metric=metric,
+        vocabulary=vocabulary or LabelVocabulary(LABELS),
     )
-    assert result.test >= 0.95
-    assert result.dev == max(epoch.dev_metric for epoch in result.history)
-    assert result.history[result.best_epoch - 1].dev_metric == result.dev
-    assert result.epochs == FAST.max_epochs or result.epochs - result.best_epoch == 4
-    assert [len(tags) for tags in result.test_predictions] == [8] * 10
-    assert json.loads(json.dumps(dataclasses.asdict(result)))["features"] == mode
-    correct, total = result.per_sentence_test["correct"], result.per_sentence_test["total"]
-    assert total == [8] * 10 and sum(correct) / sum(total) == pytest.approx(result.test)
-    if mode == "scalar_mix":
-        assert result.mix_weights is not None and sum(result.mix_weights) == pytest.approx(1)
-        assert result.mix_weights[1] == max(result.mix_weights)
-        assert result.gamma is not None
-    if mode == "concat":
-        assert result.mix_weights is None and result.gamma is None
+
+
+def test_linear_probes_learn_a_separable_task(splits: tuple[FeatureDataset, ...]) -> None:
+    results = _train(splits, ["layer1", "scalar_mix", "concat"])
+    for mode, result in zip(["layer1", "scalar_mix", "concat"], results, strict=True):
+        assert result.features == mode and result.test >= 0.95
+        assert result.dev == max(epoch.dev_metric for epoch in result.history)
+        assert result.history[result.best_epoch - 1].dev_metric == result.dev
+        assert result.hit_epoch_cap == (result.epochs - result.best_epoch < FAST.patience)
+        assert result.epochs == FAST.max_epochs or result.epochs - result.best_epoch == 4
+        assert [len(tags) for tags in result.test_predictions] == [8] * 10
+        assert json.loads(json.dumps(dataclasses.asdict(result)))["features"] == mode
+        correct, total = result.per_sentence_test["correct"], result.per_sentence_test["total"]
+        assert total == [8] * 10 and sum(correct) / sum(total) == pytest.approx(result.test)
+    mix = results[1]
+    assert mix.mix_weights is not None and sum(mix.mix_weights) == pytest.approx(1)
+    assert mix.mix_weights[1] == max(mix.mix_weights) and mix.gamma is not None
+    assert results[2].mix_weights is None and results[2].gamma is None
 
 
 def test_noise_layer_stays_near_chance(splits: tuple[FeatureDataset, ...]) -> None:
-    result = train_probe(
-        *splits, LabelVocabulary(LABELS), mode="layer0", metric="accuracy", seed=0, config=FAST
-    )
+    (result,) = _train(splits, ["layer0"])
     assert result.test < 0.7
     assert result.mix_weights == [1.0, 0.0, 0.0] and result.gamma == 1.0
 
 
 def test_mlp_probe_learns_with_layer_norm(splits: tuple[FeatureDataset, ...]) -> None:
-    config = dataclasses.replace(FAST, probe="mlp", hidden_dim=16, layer_norm=True)
-    result = train_probe(
-        *splits,
-        LabelVocabulary(LABELS),
-        mode="scalar_mix",
-        metric="accuracy",
-        seed=0,
-        config=config,
-    )
+    settings = dataclasses.replace(FAST, kind="mlp", hidden_dim=16, layer_norm=True)
+    (result,) = _train(splits, ["scalar_mix"], settings=settings)
     assert result.test >= 0.95
 
 
-def test_same_seed_same_run(splits: tuple[FeatureDataset, ...]) -> None:
-    config = dataclasses.replace(FAST, probe="mlp", hidden_dim=8, max_epochs=3)
-    runs = [
-        train_probe(
-            *splits,
-            LabelVocabulary(LABELS),
-            mode="scalar_mix",
-            metric="accuracy",
-            seed=7,
-            config=config,
+@pytest.mark.parametrize("kind", ["linear", "mlp"])
+@pytest.mark.parametrize("pair", [False, True])
+def test_heads_trained_together_equal_each_trained_alone(kind: str, pair: bool) -> None:
+    """The engine's batching is invisible: every head of a joint fit (each mode and seed) ends
+    where a fit of that head alone ends, epoch for epoch, up to rounding. The settings make the
+    heads stop at different epochs, so stopped heads must not disturb the others."""
+    splits = tuple(_split(n, seed, pair=pair)[0] for n, seed in ((40, 0), (10, 1), (10, 2)))
+    vocabulary = LabelVocabulary([*LABELS, "root"] if pair else LABELS)
+    settings = dataclasses.replace(
+        FAST, kind=kind, hidden_dim=8, max_epochs=6, patience=1, lr_decay=0.5, l2_lambda=0.01
+    )
+    modes = ["layer0", "layer1", "layer2", "mean", "scalar_mix", "concat"]
+    together = _train(splits, modes, (1, 2), vocabulary, settings=settings)
+    assert len({result.epochs for result in together}) > 1  # heads stopped at different epochs
+    for result in together:
+        (alone,) = _train(splits, [result.features], (result.seed,), vocabulary, settings=settings)
+        assert (result.features, result.seed) == (alone.features, alone.seed)
+        assert (result.best_epoch, result.epochs) == (alone.best_epoch, alone.epochs)
+        assert result.dev == pytest.approx(alone.dev, abs=1e-9)
+        assert result.test == pytest.approx(alone.test, abs=1e-9)
+        assert result.test_predictions == alone.test_predictions
+        for mine, theirs in zip(result.history, alone.history, strict=True):
+            assert mine.train_loss == pytest.approx(theirs.train_loss, rel=1e-5)
+            assert mine.dev_loss == pytest.approx(theirs.dev_loss, rel=1e-5)
+        if result.mix_weights is not None:
+            assert result.mix_weights == pytest.approx(alone.mix_weights, rel=1e-5)
+
+
+def test_same_seed_same_run_other_seed_other_run(splits: tuple[FeatureDataset, ...]) -> None:
+    settings = dataclasses.replace(FAST, kind="mlp", hidden_dim=8, max_epochs=3)
+    first, second = (
+        dataclasses.replace(
+            _train(splits, ["scalar_mix"], (7,), settings=settings)[0], wall_seconds=0.0
         )
         for _ in range(2)
-    ]
-    first, second = (dataclasses.replace(run, wall_seconds=0.0) for run in runs)
+    )
     assert first == second
+    (other,) = _train(splits, ["scalar_mix"], (8,), settings=settings)
+    assert dataclasses.replace(other, wall_seconds=0.0, seed=7) != first
 
 
 def test_pair_probe_reads_the_head_from_half_precision_features() -> None:
@@ -129,17 +172,42 @@ def test_pair_probe_reads_the_head_from_half_precision_features() -> None:
     )
     assert train.heads is not None and train.heads[:8].tolist() == [*range(1, 8), -1]
     vocabulary = LabelVocabulary([*LABELS, "root"])
-    result = train_probe(
-        train, dev, test, vocabulary, mode="layer1", metric="accuracy", seed=0, config=FAST
-    )
+    (result,) = _train((train, dev, test), ["layer1"], vocabulary=vocabulary)
     assert result.test >= 0.95
 
 
-def test_span_metric_selects_on_span_f1(splits: tuple[FeatureDataset, ...]) -> None:
+def test_span_metric_selects_on_span_f1_and_reports_untyped_f1(
+    splits: tuple[FeatureDataset, ...],
+) -> None:
     vocabulary = LabelVocabulary(["B-ADJ", "B-NOUN", "B-VERB"])  # the same ids, as chunks
-    result = train_probe(*splits, vocabulary, mode="layer1", metric="span_f1", seed=0, config=FAST)
+    (result,) = _train(splits, ["layer1"], vocabulary=vocabulary, metric="span_f1")
     assert result.metric == "span_f1" and result.test >= 0.95
     assert result.test_predictions[0][0].startswith("B-")
+    # Every token is a one-token chunk: untyped, every chunk's boundaries are right.
+    assert result.extra["test_untyped_f1"] == 1.0 and result.extra["dev_untyped_f1"] == 1.0
+
+
+def test_a_tied_dev_score_selects_on_the_dev_loss() -> None:
+    """A dev span F1 that stays 0 (no chunk in dev) must not keep epoch 1: the dev loss decides."""
+    splits = tuple(_split(n, seed)[0] for n, seed in ((40, 0), (10, 1), (10, 2)))
+    vocabulary = LabelVocabulary(["O", "I-NOUN", "I-VERB"])  # I- after O: conlleval chunks
+    rng = np.random.default_rng(5)
+    layers = rng.normal(size=(3, 80, 6)).astype(np.float32)
+    outside = vocabulary.encode([["O"]])[0][0]  # the labels are sorted: 2
+    layers[1, :, outside] += 4.0  # every dev token of the class of "O": no chunk, span F1 0
+    labels = torch.full((80,), outside, dtype=torch.long)
+    no_chunks = FeatureDataset(torch.from_numpy(layers), labels, (8,) * 10)
+    settings = dataclasses.replace(FAST, lr=0.01, max_epochs=6, patience=6)
+    (result,) = _train(
+        (splits[0], no_chunks, splits[2]),
+        ["layer1"],
+        vocabulary=vocabulary,
+        metric="span_f1",
+        settings=settings,
+    )
+    assert {epoch.dev_metric for epoch in result.history} == {0.0}
+    losses = [epoch.dev_loss for epoch in result.history]
+    assert result.best_epoch == 1 + losses.index(min(losses)) and result.best_epoch > 1
 
 
 def test_feature_dataset_concatenates_sentences_and_checks_counts() -> None:

@@ -9,24 +9,43 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import torch
+from conftest import default_probe_settings
 from scipy.stats import spearmanr
 
 from elmolab.errors import ElmolabError
+from elmolab.models.scalar_mix import FeatureMode
+from elmolab.probing.datasets import TreeDataset
+from elmolab.probing.engine import Head, ProbeResult, train_heads
 from elmolab.probing.trees import (
-    TreeDataset,
-    TreeProbeConfig,
     distance_spearman,
     minimum_spanning_tree,
     padded_batches,
     plan_batches,
     spanning_tree_edges,
-    train_arc_probe,
-    train_structural_probe,
     tree_distances,
     uuas,
 )
 
-FAST = TreeProbeConfig(lr=1e-2, batch_tokens=128, max_epochs=30, patience=3, rank=16)
+_DEFAULT = default_probe_settings()
+FAST = dataclasses.replace(
+    _DEFAULT,
+    mix_lr=1e-2,
+    tree=dataclasses.replace(
+        _DEFAULT.tree, lr=1e-2, batch_tokens=128, max_epochs=30, patience=3, rank=16
+    ),
+)
+
+
+def _train(splits, kind: str, modes: list[str], seeds=(0,), settings=FAST) -> list[ProbeResult]:
+    heads = [Head(FeatureMode(mode), seed) for mode in modes for seed in seeds]
+    named = dict(zip(("train", "dev", "test"), splits, strict=True))
+    return train_heads(heads, named, settings, kind=kind)
+
+
+def _tree(settings, **changes):
+    return dataclasses.replace(settings, tree=dataclasses.replace(settings.tree, **changes))
+
+
 KEY_DIM, MAX_WORDS, DIM = 8, 9, 32
 DISTRACTOR = 0.3
 
@@ -258,7 +277,7 @@ def test_arc_probe_finds_heads(splits: tuple[TreeDataset, ...]) -> None:
     train, dev, test = (
         dataclasses.replace(split, features=split.features.half()) for split in splits
     )
-    result = train_arc_probe(train, dev, test, mode="layer1", seed=0, config=FAST)
+    (result,) = _train((train, dev, test), "arc", ["layer1"])
     assert result.metric == "uas" and result.test > 0.85  # chance is about 1 / 7
     assert result.dev == max(epoch.dev_metric for epoch in result.history)
     assert result.history[result.best_epoch - 1].dev_metric == result.dev
@@ -269,15 +288,15 @@ def test_arc_probe_finds_heads(splits: tuple[TreeDataset, ...]) -> None:
     assert total == list(test.sentence_lengths)
     assert sum(correct) / sum(total) == pytest.approx(result.test)
     assert json.loads(json.dumps(dataclasses.asdict(result)))["metric"] == "uas"
-    noise = train_arc_probe(*splits, mode="layer0", seed=0, config=FAST)
+    (noise,) = _train(splits, "arc", ["layer0"])
     assert noise.test < 0.5 and noise.mix_weights == [1.0, 0.0, 0.0]
     zeros = dataclasses.replace(FAST, root="zeros")  # root scores fixed at 0: still learnable
-    assert train_arc_probe(*splits, mode="layer1", seed=0, config=zeros).test > 0.85
+    assert _train(splits, "arc", ["layer1"], settings=zeros)[0].test > 0.85
 
 
 def test_structural_probe_recovers_trees(splits: tuple[TreeDataset, ...]) -> None:
-    train, dev, test = splits
-    result = train_structural_probe(train, dev, test, mode="layer1", seed=0, config=FAST)
+    (result,) = _train(splits, "structural", ["layer1"])
+    test = splits[2]
     assert result.metric == "uuas" and result.test > 0.8 and result.dev > 0.8
     assert result.extra["test_dspr"] > 0.8 and result.extra["dev_dspr"] > 0.8
     # History records the dev loss, which selects the epoch: lower is better.
@@ -298,43 +317,68 @@ def test_structural_probe_recovers_trees(splits: tuple[TreeDataset, ...]) -> Non
 
 
 @pytest.mark.parametrize(
-    ("trainer", "layer_norm", "threshold"),
+    ("kind", "layer_norm", "threshold"),
     # Normalized, the noise layers are as loud as layer 1 and the uniform start of the mix
     # drowns the tree positions: the structural probe then stalls, so it runs unnormalized.
-    [(train_arc_probe, True, 0.85), (train_structural_probe, False, 0.45)],
+    [("arc", True, 0.85), ("structural", False, 0.45)],
 )
 def test_scalar_mix_learns_to_weight_the_informative_layer(
-    splits: tuple[TreeDataset, ...], trainer, layer_norm: bool, threshold: float
+    splits: tuple[TreeDataset, ...], kind: str, layer_norm: bool, threshold: float
 ) -> None:
-    config = dataclasses.replace(FAST, layer_norm=layer_norm, l2_lambda=1e-3)
-    result = trainer(*splits, mode="scalar_mix", seed=0, config=config)
+    settings = dataclasses.replace(FAST, layer_norm=layer_norm, l2_lambda=1e-3)
+    result, frozen = _train(splits, kind, ["scalar_mix", "mean"], settings=settings)
     assert result.mix_weights is not None and sum(result.mix_weights) == pytest.approx(1)
     assert result.mix_weights[1] == max(result.mix_weights) and result.gamma is not None
     assert result.test > threshold
-    frozen = trainer(*splits, mode="mean", seed=0, config=config)
     assert frozen.mix_weights == pytest.approx([1 / 3] * 3) and result.test > frozen.test
 
 
-@pytest.mark.parametrize("trainer", [train_arc_probe, train_structural_probe])
+@pytest.mark.parametrize("kind", ["arc", "structural"])
+def test_heads_trained_together_equal_each_trained_alone(
+    splits: tuple[TreeDataset, ...], kind: str
+) -> None:
+    """Tree heads of a joint fit (each mode and seed, batches visited in each seed's order) end
+    where each alone ends, epoch for epoch, up to rounding."""
+    small = tuple(dataclasses.replace(s, features=s.features[:, :, :16]) for s in splits)
+    small = tuple(
+        TreeDataset(s.features.contiguous(), s.sentence_lengths, s.heads, s.punct) for s in small
+    )
+    settings = _tree(FAST, max_epochs=4, patience=1, lr_decay=0.5)
+    settings = dataclasses.replace(settings, layer_norm=True, l2_lambda=1e-3)
+    modes = ["layer1", "mean", "scalar_mix", "concat"]
+    together = _train(small, kind, modes, (1, 2), settings=settings)
+    for result in together:
+        (alone,) = _train(small, kind, [result.features], (result.seed,), settings=settings)
+        assert (result.best_epoch, result.epochs) == (alone.best_epoch, alone.epochs)
+        assert result.dev == pytest.approx(alone.dev, abs=1e-9)
+        assert result.test == pytest.approx(alone.test, abs=1e-9)
+        for mine, theirs in zip(result.history, alone.history, strict=True):
+            assert mine.train_loss == pytest.approx(theirs.train_loss, rel=1e-5)
+            assert mine.dev_loss == pytest.approx(theirs.dev_loss, rel=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["arc", "structural"])
 @pytest.mark.parametrize("mode", ["scalar_mix", "concat"])
-def test_same_seed_same_run(splits: tuple[TreeDataset, ...], trainer, mode: str) -> None:
-    config = dataclasses.replace(FAST, max_epochs=2)
-    runs = [trainer(*splits, mode=mode, seed=3, config=config) for _ in range(2)]
-    first, second = (dataclasses.replace(run, wall_seconds=0.0) for run in runs)
+def test_same_seed_same_run(splits: tuple[TreeDataset, ...], kind: str, mode: str) -> None:
+    settings = _tree(FAST, max_epochs=2)
+    first, second = (
+        dataclasses.replace(_train(splits, kind, [mode], (3,), settings)[0], wall_seconds=0.0)
+        for _ in range(2)
+    )
     assert first == second
-    other = trainer(*splits, mode=mode, seed=4, config=config)
+    (other,) = _train(splits, kind, [mode], (4,), settings)
     assert dataclasses.replace(other, wall_seconds=0.0, seed=3) != first
 
 
-def test_config_rejects_bad_values() -> None:
-    with pytest.raises(ValueError, match="unknown root vector 'none'"):
-        TreeProbeConfig(root="none")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="rank must be positive, got 0"):
-        TreeProbeConfig(rank=0)
+def test_settings_reject_bad_values() -> None:
+    with pytest.raises(ElmolabError, match=r"probe.root must be 'learned' or 'zeros', got 'none'"):
+        dataclasses.replace(FAST, root="none").check()
+    with pytest.raises(ElmolabError, match=r"probe.tree.rank must be at least 1, got 0"):
+        _tree(FAST, rank=0).check()
 
 
 def test_splits_must_agree_on_layers_and_dim(splits: tuple[TreeDataset, ...]) -> None:
     train, dev, test = splits
     narrow = dataclasses.replace(dev, features=dev.features[:, :, :8])
     with pytest.raises(ValueError, match=r"dev features are \(3, tokens, 8\), train's"):
-        train_arc_probe(train, narrow, test, mode="layer1", seed=0, config=FAST)
+        _train((train, narrow, test), "arc", ["layer1"])

@@ -1,5 +1,7 @@
-"""Probing what the biLM's layers know: probes on frozen features, their metrics, and WSD 1-NN."""
+"""Probing what the biLM's layers know: the probe engine on frozen features, metrics, WSD 1-NN."""
 
+from elmolab.probing.datasets import FeatureDataset, TreeDataset
+from elmolab.probing.engine import EpochRecord, Head, ProbeResult, ProbeSettings, train_heads
 from elmolab.probing.metrics import (
     ControlTask,
     LabelVocabulary,
@@ -8,14 +10,7 @@ from elmolab.probing.metrics import (
     selectivity,
     span_f1,
     task_score,
-)
-from elmolab.probing.probes import ArcPair, LinearProbe, MLPProbe, ProbeModel, build_classifier
-from elmolab.probing.train import (
-    EpochRecord,
-    FeatureDataset,
-    ProbeConfig,
-    ProbeResult,
-    train_probe,
+    untyped_span_f1,
 )
 from elmolab.probing.wsd import (
     SenseCentroids,
@@ -30,23 +25,20 @@ from elmolab.probing.wsd import (
 )
 
 __all__ = [
-    "ArcPair",
     "ControlTask",
     "EpochRecord",
     "FeatureDataset",
+    "Head",
     "LabelVocabulary",
-    "LinearProbe",
-    "MLPProbe",
-    "ProbeConfig",
-    "ProbeModel",
     "ProbeResult",
+    "ProbeSettings",
     "SenseCentroids",
     "SensePrediction",
     "TaskMetric",
+    "TreeDataset",
     "WsdResult",
     "WsdScores",
     "accuracy",
-    "build_classifier",
     "evaluate_1nn",
     "fit_sense_centroids",
     "predict_senses",
@@ -54,6 +46,7 @@ __all__ = [
     "selectivity",
     "span_f1",
     "task_score",
-    "train_probe",
+    "train_heads",
+    "untyped_span_f1",
     "wsd_vectors",
 ]

@@ -187,6 +187,19 @@ def span_f1(
     return float(f1_score(*written, mode="strict", scheme=reader, zero_division=0))
 
 
+def untyped_span_f1(
+    gold: Sequence[Sequence[str]],
+    predicted: Sequence[Sequence[str]],
+    scheme: TagScheme | None = None,
+) -> float:
+    """:func:`span_f1` with every chunk type made one: the boundaries alone must match."""
+
+    def untyped(sentences: Sequence[Sequence[str]]) -> list[list[str]]:
+        return [[tag if tag == "O" else f"{tag[:2]}SPAN" for tag in tags] for tags in sentences]
+
+    return span_f1(untyped(gold), untyped(predicted), scheme)
+
+
 def _in_scheme(sentences: list[list[str]], scheme: TagScheme) -> list[list[str]]:
     """IOB2 tags written in ``scheme``: the chunks seqeval's strict IOB2 mode reads from them.
 

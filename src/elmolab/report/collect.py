@@ -113,6 +113,8 @@ class ProbeRun:
     train_fraction: float = 1.0  # of the task's training sentences the probe saw
     n_train_sentences: int | None = None
     extra: dict[str, float] = field(default_factory=dict, hash=False)
+    epochs: int | None = None  # epochs trained (None: nothing trained, or not recorded)
+    hit_epoch_cap: bool | None = None  # still improving at the epoch cap (None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -333,6 +335,10 @@ def read_probe_run(path: Path, probes_dir: Path) -> ProbeRun:
         per_sentence_test=_per_sentence(data.get("per_sentence_test"), path),
         train_fraction=train_fraction,
         n_train_sentences=n_train_sentences,
+        epochs=_require(data, "epochs", int, path) if "epochs" in data else None,
+        hit_epoch_cap=(
+            _require(data, "hit_epoch_cap", bool, path) if "hit_epoch_cap" in data else None
+        ),
         extra=_extra_scores(data, path),
     )
 
@@ -415,7 +421,7 @@ def _require(
     prefix: str = "",
     nullable: bool = False,
 ) -> Any:
-    """``data[key]``, checked to be a ``kind`` (an int counts as a float; a bool never counts)."""
+    """``data[key]``, checked to be a ``kind`` (an int counts as a float; a bool only as a bool)."""
     if key not in data:
         raise ElmolabError(f"missing key '{prefix}{key}'", path)
     value = data[key]
@@ -423,7 +429,7 @@ def _require(
         return None
     if kind is float:
         return _as_float(value, prefix + key, path)
-    if isinstance(value, bool) or not isinstance(value, kind):
+    if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
         raise ElmolabError(
             f"'{prefix}{key}' should be {kind.__name__}, got {type(value).__name__}", path
         )

@@ -237,6 +237,25 @@ def _number(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else value
 
 
+def _training_summary(data: ReportData) -> dict[str, Any]:
+    """How the trained probe runs stopped: how many, and how many at the epoch cap."""
+    runs = [
+        run
+        for run in [*data.inputs.probes, *data.inputs.curves]
+        if run.applicable and run.hit_epoch_cap is not None
+    ]
+    capped = [run for run in runs if run.hit_epoch_cap]
+    return {
+        "trained_runs": len(runs),
+        "hit_epoch_cap": len(capped),
+        "hit_epoch_cap_share": len(capped) / len(runs) if runs else None,
+        "hit_epoch_cap_by_task": {
+            task: sum(run.task == task for run in capped)
+            for task in sorted({run.task for run in runs})
+        },
+    }
+
+
 def summary_json(data: ReportData) -> dict[str, Any]:
     """Every number of the report, machine-readable (scores as fractions, not percent)."""
     alpha = data.significance.alpha
@@ -265,6 +284,7 @@ def summary_json(data: ReportData) -> dict[str, Any]:
             "random": data.inputs.random.metrics if data.inputs.random else None,
         },
         "probes": probes,
+        "training": _training_summary(data),
         "significance": {
             "alpha": alpha,
             "bootstrap_samples": data.significance.bootstrap_samples,

@@ -1,0 +1,1187 @@
+"""The probe engine: every probe of a task on one encoder trained together, as independent heads.
+
+A *head* is one probe run: a feature mode and a seed. For one task, one encoder and one training
+set, every head reads the same frozen features, so one model holds them all: each step gathers the
+features of the step's tokens once (one minibatch per seed: a seed fixes its head's initialisation
+and the order it visits the training data), every head mixes them with its own mix and classifies
+them with its own parameters, stacked along a leading head axis (``bmm``), and the loss is the sum
+of the heads' losses. Nothing couples two heads: a head's gradient is that of its own loss, the
+optimizer (:class:`HeadAdam`) works element by element with a learning rate per head, and each head
+draws its initialisation and dropout from a generator of its own. A head thus trains exactly as it
+would alone, up to rounding (``tests/test_probe_engine.py`` checks it), at a fraction of the
+per-step overhead of separate runs.
+
+Every trained probe kind runs through :func:`fit_heads`, one loop with one early-stopping rule:
+
+- token (a label per token: UPOS, chunks, NER) and pair (a label per word and gold head:
+  dependency labels), linear or MLP classifiers (:class:`TokenProbes`);
+- arc (``deparc``: each word's head among the root and the sentence's words, a bilinear
+  scorer, :class:`ArcProbes`) and structural (Hewitt and Manning's distance probe,
+  :class:`StructuralProbes`), which read whole sentences in padded batches
+  (:mod:`elmolab.probing.trees`).
+
+Early stopping, per head: after each epoch the head scores dev; it improves when its dev score
+rises, or, with the same score, when its dev loss falls (a score that stays tied, e.g. a span F1
+of 0 in the first epochs, then selects on the loss instead of keeping epoch 1). The structural
+probe selects on its dev loss alone, as Hewitt and Manning. An epoch without improvement multiplies
+the head's learning rate by ``lr_decay``; ``patience`` of them in a row stop the head, whose best
+state then scores test once. A head still improving at ``max_epochs`` is reported with
+``hit_epoch_cap``. Training ends when every head has stopped; stopped heads take no more compute.
+
+The learned scalar mix (``w``, ``gamma``) has its own learning rate (``probe.mix_lr``) and the L2
+penalty ``l2_lambda * |w|^2`` in the loss, as the task model's part it is in ELMo.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from elmolab.errors import ElmolabError
+from elmolab.models.scalar_mix import FeatureMode
+from elmolab.probing.datasets import FeatureDataset, TreeDataset
+from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score, untyped_span_f1
+from elmolab.probing.trees import (
+    SentenceBatch,
+    distance_spearman,
+    plan_batches,
+    tree_distances,
+    uuas,
+)
+
+EVAL_TOKENS = 4096  # tokens (padded words for trees) per forward pass without gradients
+TREE_EVAL_TOKENS = 4096
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
+
+# A parameter (head axis first), its learning rate, weight decay, and its rows' head numbers.
+ParamGroup = tuple[nn.Parameter, float, float, torch.Tensor]
+
+
+@dataclass
+class TreeSettings:
+    """Schema of ``probe.tree``: what the tree probes (deparc, structural) do differently."""
+
+    lr: float  # Adam, the probe's own parameters
+    lr_decay: float  # lr factor after an epoch without improvement
+    batch_tokens: int  # whole sentences per step, about this many words
+    max_epochs: int
+    patience: int  # epochs without improvement before a head stops
+    rank: int  # structural probe: rows of the linear map B
+
+
+@dataclass
+class ProbeSettings:
+    """Schema of the ``probe`` section (``conf/probe/default.yaml`` gives every value and why)."""
+
+    features_dir: str  # the extract stage's output: <features_dir>/<encoder>/<dataset>/<split>
+    encoders: list[str]  # names of extract.encoders, each probed in every cell
+    kind: str  # linear | mlp (token and pair tasks)
+    hidden_dim: int  # mlp only
+    dropout: float  # mlp only
+    root: str  # pair and arc tasks: the vector standing for the root, learned | zeros
+    lr: float  # Adam, the probe's own parameters (token and pair tasks)
+    mix_lr: float  # Adam, the learned scalar mix (every task)
+    lr_decay: float  # lr factor after an epoch without improvement (token and pair tasks)
+    weight_decay: float  # on the classifier (token and pair tasks)
+    batch_size: int  # tokens per step (token and pair tasks)
+    max_epochs: int
+    patience: int  # epochs without improvement before a head stops
+    layer_norm: bool  # normalize each layer before mixing
+    l2_lambda: float  # L2 penalty on the learned scalar-mix logits
+    num_threads: int  # torch intra-op threads of the cell's process (workers use one each)
+    workers: int  # jobs (an encoder and a training set each) side by side, one process each
+    save_predictions: bool  # write test_predictions.txt beside metrics.json
+    unseen: str | None  # raise | keep for every task (presets that cut the data); None: the task's
+    train_fractions: list[float]  # token tasks: learning-curve points below the full train set
+    subset_seed: int  # fixes the learning-curve subsets (never the probe seed)
+    min_epoch_tokens: int  # an epoch cycles a small training set up to this many tokens
+    tree: TreeSettings
+
+    def check(self) -> None:
+        """Values the schema's types cannot rule out."""
+        if self.kind not in ("linear", "mlp"):
+            raise ElmolabError(f"probe.kind must be 'linear' or 'mlp', got {self.kind!r}")
+        if self.root not in ("learned", "zeros"):
+            raise ElmolabError(f"probe.root must be 'learned' or 'zeros', got {self.root!r}")
+        if not self.encoders:
+            raise ElmolabError("probe.encoders is empty: nothing to probe")
+        for key in ("batch_size", "max_epochs", "patience", "workers", "hidden_dim"):
+            if getattr(self, key) < 1:
+                raise ElmolabError(f"probe.{key} must be at least 1, got {getattr(self, key)}")
+        for key in ("batch_tokens", "max_epochs", "patience", "rank"):
+            if getattr(self.tree, key) < 1:
+                raise ElmolabError(
+                    f"probe.tree.{key} must be at least 1, got {getattr(self.tree, key)}"
+                )
+        for key, value in (
+            ("lr", self.lr),
+            ("mix_lr", self.mix_lr),
+            ("tree.lr", self.tree.lr),
+        ):
+            if not value > 0:
+                raise ElmolabError(f"probe.{key} must be positive, got {value}")
+        for key, value in (("lr_decay", self.lr_decay), ("tree.lr_decay", self.tree.lr_decay)):
+            if not 0 < value <= 1:
+                raise ElmolabError(f"probe.{key} must lie in (0, 1], got {value}")
+        if not 0 <= self.dropout < 1:
+            raise ElmolabError(f"probe.dropout must lie in [0, 1), got {self.dropout}")
+
+
+@dataclass(frozen=True)
+class _Schedule:
+    """The optimisation of one probe kind, as ``probe`` (token, pair) or ``probe.tree`` set it."""
+
+    lr: float
+    mix_lr: float
+    lr_decay: float
+    max_epochs: int
+    patience: int
+    weight_decay: float
+
+    @classmethod
+    def of(cls, settings: ProbeSettings, tree: bool) -> _Schedule:
+        if tree:
+            t = settings.tree
+            return cls(t.lr, settings.mix_lr, t.lr_decay, t.max_epochs, t.patience, 0.0)
+        return cls(
+            settings.lr,
+            settings.mix_lr,
+            settings.lr_decay,
+            settings.max_epochs,
+            settings.patience,
+            settings.weight_decay,
+        )
+
+
+@dataclass(frozen=True)
+class Head:
+    """One probe run of a fit: its feature mode and seed."""
+
+    mode: FeatureMode
+    seed: int
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    epoch: int
+    train_loss: (
+        float  # mean over the epoch's items (tokens, words, sentences), mix penalty included
+    )
+    dev_metric: float  # the score that selects (the structural probe: its dev loss)
+    dev_loss: float  # mean over dev items (the structural probe: the same loss)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one head reports; the names are keys of a probe run's ``metrics.json``."""
+
+    features: str  # the feature mode
+    metric: str
+    seed: int
+    dev: float  # the dev metric of the best epoch
+    test: float  # the test metric, evaluated once, with the best dev state
+    best_epoch: int  # 1-based
+    epochs: int  # epochs run
+    hit_epoch_cap: bool  # still improving within patience when max_epochs ran out
+    mix_weights: list[float] | None  # the scalar mix's normalized weights; None for concat
+    gamma: float | None  # None for concat
+    wall_seconds: float  # the fit's wall time shared out over its heads
+    history: list[EpochRecord] = field(repr=False)
+    test_predictions: list[list[str]] = field(repr=False)  # per test sentence
+    # Correct and all items per test sentence, for paired bootstrap tests.
+    per_sentence_test: dict[str, list[int]] = field(repr=False)
+    # Further scores of the best state, written to metrics.json as they are (the structural
+    # probe's distance Spearman, NER's untyped span F1, ...).
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+# --- Optimisation -------------------------------------------------------------------------------
+
+
+class HeadAdam:
+    """Adam (as ``torch.optim.Adam``, L2 weight decay added to the gradient) over parameters whose
+    axis 0 is the head, with a learning rate per head: ``base_lr * scale[head]``.
+
+    ``groups`` gives each parameter its base learning rate, weight decay, and the head numbers of
+    its rows. A head whose scale is 0 does not move (its moments still update, which nothing
+    reads).
+    """
+
+    def __init__(self, groups: Sequence[ParamGroup], heads: int) -> None:
+        self.groups = [group for group in groups if group[0].requires_grad]
+        self.scale = torch.ones(heads)
+        self.steps = 0
+        self.moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p, *_ in self.groups]
+
+    def zero_grad(self) -> None:
+        for p, *_ in self.groups:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.steps += 1
+        beta1, beta2 = ADAM_BETAS
+        correction1 = 1 - beta1**self.steps
+        correction2 = 1 - beta2**self.steps
+        for (p, lr, wd, rows), (m, v) in zip(self.groups, self.moments, strict=True):
+            if p.grad is None:
+                continue
+            grad = p.grad if wd == 0 else p.grad + wd * p
+            m.lerp_(grad, 1 - beta1)
+            v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            denominator = (v / correction2).sqrt_().add_(ADAM_EPS)
+            step = (lr / correction1) * self.scale[rows].view(-1, *[1] * (p.dim() - 1))
+            p.addcdiv_(m * step, denominator, value=-1.0)
+
+
+# --- Batched building blocks --------------------------------------------------------------------
+
+
+def _uniform(generators: Sequence[torch.Generator], shape: tuple[int, ...], bound: float):
+    """``(heads, *shape)``: head ``h`` drawn from ``generators[h]``, uniform in (-bound, bound)."""
+    return torch.stack([(torch.rand(shape, generator=g) * 2 - 1) * bound for g in generators])
+
+
+class HeadLinear(nn.Module):
+    """A linear map per head, initialised as ``nn.Linear``: ``(h, N, d_in) -> (h, N, d_out)``."""
+
+    def __init__(self, generators: Sequence[torch.Generator], d_in: int, d_out: int) -> None:
+        super().__init__()
+        bound = 1 / math.sqrt(d_in)
+        self.weight = nn.Parameter(_uniform(generators, (d_out, d_in), bound))
+        self.bias = nn.Parameter(_uniform(generators, (d_out,), bound))
+
+    def forward(self, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.weight[heads], self.bias[heads]  # (h, d_out, d_in), (h, d_out)
+        return torch.baddbmm(bias[:, None, :], x, weight.transpose(1, 2))  # (h, N, d_out)
+
+
+class HeadClassifier(nn.Module):
+    """Per head a linear probe, or an MLP (one hidden layer, ReLU, dropout drawn from the head's
+    generator): ``(h, N, d_in) -> (h, N, labels)``."""
+
+    def __init__(
+        self,
+        generators: Sequence[torch.Generator],
+        d_in: int,
+        labels: int,
+        kind: str,
+        hidden_dim: int,
+        dropout: float,
+    ) -> None:
+        super().__init__()
+        self.generators = list(generators)
+        self.dropout = dropout
+        self.hidden = None
+        if kind == "mlp":
+            self.hidden = HeadLinear(generators, d_in, hidden_dim)
+            d_in = hidden_dim
+        self.output = HeadLinear(generators, d_in, labels)
+
+    def forward(self, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+        if self.hidden is not None:
+            x = torch.relu(self.hidden(x, heads))  # (h, N, hidden)
+            if self.training and self.dropout > 0:
+                keep = 1 - self.dropout
+                masks = [
+                    torch.empty(x.shape[1:]).bernoulli_(keep, generator=self.generators[h])
+                    for h in heads.tolist()
+                ]
+                x = x * torch.stack(masks) / keep
+        return self.output(x, heads)
+
+
+class HeadMix(nn.Module):
+    """The scalar mixes of heads: ``gamma_h * sum_j s_hj h_j``, ``s_h = softmax(w_h)`` for a learned
+    mix (``w = 0``, ``gamma = 1`` at the start), else fixed (one-hot for a layer, uniform for
+    ``mean``; ``gamma`` 1). Frozen heads get no gradient."""
+
+    def __init__(self, modes: Sequence[FeatureMode], num_layers: int, l2_lambda: float) -> None:
+        super().__init__()
+        fixed = torch.zeros(len(modes), num_layers)
+        for h, mode in enumerate(modes):
+            if mode is FeatureMode.MEAN:
+                fixed[h] = 1.0 / num_layers
+            elif mode is not FeatureMode.SCALAR_MIX:
+                layer = int(mode.value.removeprefix("layer"))
+                if layer >= num_layers:
+                    raise ElmolabError(f"feature mode {mode.value!r} needs {layer + 1} layers")
+                fixed[h, layer] = 1.0
+        self.register_buffer("fixed", fixed)
+        self.register_buffer("learned", torch.tensor([m is FeatureMode.SCALAR_MIX for m in modes]))
+        self.w = nn.Parameter(torch.zeros(len(modes), num_layers))
+        self.gamma = nn.Parameter(torch.ones(len(modes)))
+        self.l2_lambda = l2_lambda
+
+    def weights(self, heads: torch.Tensor) -> torch.Tensor:
+        """``gamma_h * s_h``: ``(h, num_layers)``."""
+        learned = self.learned[heads, None]
+        s = torch.where(learned, torch.softmax(self.w[heads], dim=-1), self.fixed[heads])
+        gamma = torch.where(learned[:, 0], self.gamma[heads], torch.ones(()))
+        return gamma[:, None] * s
+
+    def penalty(self, heads: torch.Tensor) -> torch.Tensor:
+        """``l2_lambda * |w_h|^2`` for learned mixes, else 0: ``(h,)``."""
+        squares = (self.w[heads] ** 2).sum(dim=-1) * self.learned[heads]
+        return self.l2_lambda * squares
+
+    def forward(self, x: torch.Tensor, groups: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+        """``x``: ``(num_layers, G, *N, dim)``, minibatch ``g`` for heads of group ``g``;
+        ``groups`` ``(h,)`` each head's minibatch -> ``(h, *N, dim)``.
+
+        A fixed mix is read off (one layer) or averaged without a graph; the learned mixes are
+        one matrix product over every (layer, minibatch) pair."""
+        layers, group_count = x.shape[:2]
+        learned = self.learned[heads]
+        out = x.new_empty(len(heads), *x.shape[2:])
+        frozen = torch.nonzero(~learned).flatten()
+        if len(frozen):
+            weights = self.fixed[heads[frozen]]  # (f, layers)
+            one_hot = weights.max(dim=1).values == 1.0
+            rows = frozen[one_hot]
+            if len(rows):
+                out[rows] = x[weights[one_hot].argmax(dim=1), groups[rows]]
+            rows = frozen[~one_hot]
+            if len(rows):
+                shape = (layers, len(rows), *[1] * (x.dim() - 2))
+                out[rows] = (weights[~one_hot].T.reshape(shape) * x[:, groups[rows]]).sum(dim=0)
+        trained = torch.nonzero(learned).flatten()
+        if len(trained):
+            s = self.weights(heads[trained])  # (t, layers)
+            select = F.one_hot(groups[trained], group_count).to(s.dtype)  # (t, G)
+            m = (s[:, :, None] * select[:, None, :]).reshape(len(trained), layers * group_count)
+            mixed = (m @ x.reshape(layers * group_count, -1)).view(len(trained), *x.shape[2:])
+            out = out.index_put((trained,), mixed)
+        return out
+
+    def summary(self, head: int) -> tuple[list[float], float]:
+        """The normalized weights and gamma of one head, as plain numbers."""
+        with torch.no_grad():
+            index = torch.tensor([head])
+            learned = bool(self.learned[head])
+            s = torch.softmax(self.w[index], -1) if learned else self.fixed[index]
+            gamma = float(self.gamma[head]) if learned else 1.0
+        return s[0].tolist(), gamma
+
+
+def _concat(x: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """``(num_layers, G, *N, dim)`` -> ``(h, *N, num_layers * dim)``: each head's layers side by
+    side (layer 0 first, as ``LayerConcat``)."""
+    picked = x.index_select(1, groups).movedim(0, -2)  # (h, *N, layers, dim)
+    return picked.flatten(start_dim=-2)
+
+
+def _layer_norm(x: torch.Tensor, mask: torch.Tensor | None, eps: float = 1e-12) -> torch.Tensor:
+    """Each layer of each minibatch normalized over its unmasked elements (as ``ScalarMix``):
+    ``x`` ``(num_layers, G, *N, dim)``, ``mask`` ``(G, *N)`` bool or None."""
+    axes = tuple(range(2, x.dim()))
+    if mask is None:
+        mean = x.mean(dim=axes, keepdim=True)
+        centered = x - mean
+        variance = (centered**2).mean(dim=axes, keepdim=True)
+    else:
+        keep = mask[None, ..., None].to(x.dtype)  # (1, G, *N, 1)
+        count = keep.sum(dim=axes, keepdim=True) * x.shape[-1]
+        mean = (x * keep).sum(dim=axes, keepdim=True) / count
+        centered = x - mean
+        variance = ((centered * keep) ** 2).sum(dim=axes, keepdim=True) / count
+    return centered / torch.sqrt(variance + eps)
+
+
+class _Root(nn.Module):
+    """The vector standing for the root, per head: learned from zeros, or fixed zeros."""
+
+    def __init__(self, heads: int, width: int, learned: bool) -> None:
+        super().__init__()
+        self.vector = nn.Parameter(torch.zeros(heads, width), requires_grad=learned)
+
+
+class _Part(nn.Module):
+    """The heads of one input width: scalar mixes (one layer wide) or concatenations."""
+
+    def __init__(
+        self, index: list[int], mix: HeadMix | None, probe: nn.Module, root: _Root | None
+    ) -> None:
+        super().__init__()
+        self.register_buffer("index", torch.tensor(index), persistent=False)  # (h,) in the fit
+        self.mix = mix
+        self.probe = probe
+        self.root = root
+
+
+@dataclass
+class Evaluation:
+    """The heads' scores on a split (NaN where a head was not evaluated) and predictions."""
+
+    scores: torch.Tensor  # (heads,) the metric (the structural probe: NaN until the end)
+    losses: torch.Tensor  # (heads,) mean loss per item (token, word, sentence)
+    predicted: list  # per head, what the probe kind predicts (None where not evaluated)
+
+
+# A step's loss to differentiate, each head's mean loss (detached) and items: (H,), (H,).
+StepLoss = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+class HeadProbes(nn.Module):
+    """What every probe kind shares: its heads grouped by input width, with their mixes.
+
+    Subclasses define the steps of an epoch, the loss of a step and the evaluation of a split.
+    """
+
+    lower_is_better = False  # select on the dev loss alone (the structural probe)
+
+    def __init__(
+        self,
+        heads: Sequence[Head],
+        num_layers: int,
+        dim: int,
+        settings: ProbeSettings,
+        build: Callable[[Sequence[torch.Generator], int], nn.Module],
+        *,
+        root: bool = False,
+    ) -> None:
+        super().__init__()
+        if not heads:
+            raise ValueError("no heads to train")
+        self.heads = list(heads)
+        self.layer_norm = settings.layer_norm
+        self.seeds = sorted({head.seed for head in heads})
+        self.seed_group = torch.tensor([self.seeds.index(head.seed) for head in heads])
+        self.parts = nn.ModuleList()
+        # Three parts: fixed mixes (no gradient reaches their inputs), learned mixes, concats.
+        kinds = {FeatureMode.SCALAR_MIX: 1, FeatureMode.CONCAT: 2}
+        for kind in range(3):
+            index = [i for i, h in enumerate(heads) if kinds.get(h.mode, 0) == kind]
+            if not index:
+                continue
+            concat = kind == 2
+            width = num_layers * dim if concat else dim
+            # Each head draws its parameters (and dropout) from a generator of its own.
+            generators = [torch.Generator().manual_seed(heads[i].seed) for i in index]
+            mix = None
+            if not concat:
+                mix = HeadMix([heads[i].mode for i in index], num_layers, settings.l2_lambda)
+            probe = build(generators, width)
+            root_vector = _Root(len(index), width, settings.root == "learned") if root else None
+            self.parts.append(_Part(index, mix, probe, root_vector))
+
+    def parameter_groups(self, schedule: _Schedule) -> list[ParamGroup]:
+        """Each parameter, its learning rate, weight decay and rows' heads (:class:`HeadAdam`)."""
+        groups: list[ParamGroup] = []
+        for part in self.parts:
+            if part.mix is not None:
+                for p in (part.mix.w, part.mix.gamma):
+                    groups.append((p, schedule.mix_lr, 0.0, part.index))
+            for p in part.probe.parameters():
+                groups.append((p, schedule.lr, schedule.weight_decay, part.index))
+            if part.root is not None:
+                groups.append((part.root.vector, schedule.lr, 0.0, part.index))
+        return groups
+
+    @staticmethod
+    def members(part: _Part, active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The part's heads where ``active`` ``(H,)``: positions in the part, numbers in the fit."""
+        local = torch.nonzero(active[part.index]).flatten()
+        return local, part.index[local]
+
+    def inputs(
+        self,
+        part: _Part,
+        x: torch.Tensor,
+        groups: torch.Tensor,
+        local: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The heads' inputs from layers ``x`` ``(num_layers, G, *N, dim)``: ``(h, *N, width)``."""
+        if part.mix is None:
+            return _concat(x, groups)
+        if self.layer_norm:
+            x = _layer_norm(x, mask)
+        return part.mix(x, groups, local)
+
+    @staticmethod
+    def penalty(part: _Part, local: torch.Tensor) -> torch.Tensor:
+        """The mix penalty of the part's heads ``local``: ``(h,)``."""
+        return part.mix.penalty(local) if part.mix is not None else torch.zeros(len(local))
+
+    def mix_summary(self, head: int) -> tuple[list[float] | None, float | None]:
+        for part in self.parts:
+            where = torch.nonzero(part.index == head).flatten()
+            if len(where) and part.mix is not None:
+                return part.mix.summary(int(where[0]))
+        return None, None
+
+    def keep_best(self, best: dict[str, torch.Tensor], improved: torch.Tensor) -> None:
+        """Copy the rows of the ``improved`` heads ``(H,)`` of every parameter into ``best``."""
+        for number, part in enumerate(self.parts):
+            rows = torch.nonzero(improved[part.index]).flatten()
+            if len(rows):
+                for name, value in part.state_dict().items():
+                    best[f"parts.{number}.{name}"][rows] = value[rows]
+
+    def epoch_steps(self, shuffles: Sequence[torch.Generator]) -> Iterator:
+        """The steps of one epoch: per step, each seed's minibatch (``shuffles``: per seed)."""
+        raise NotImplementedError
+
+    def step_loss(self, step, active: torch.Tensor) -> StepLoss:
+        raise NotImplementedError
+
+    def evaluate(self, role: str, active: torch.Tensor, **options: bool) -> Evaluation:
+        raise NotImplementedError
+
+    def results(self, fit: FitTrace) -> list[ProbeResult]:
+        raise NotImplementedError
+
+    def final_evaluations(self, **options: bool) -> tuple[Evaluation, Evaluation]:
+        """Every head, in its best state, on dev and test."""
+        everyone = torch.ones(len(self.heads), dtype=torch.bool)
+        with torch.no_grad():
+            return (
+                self.evaluate("dev", everyone, **options),
+                self.evaluate("test", everyone, **options),
+            )
+
+
+def _scatter(heads: int, pieces: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """``(heads,)`` from ``(numbers, values)`` pieces; 0 elsewhere."""
+    out = torch.zeros(heads, dtype=torch.float64)
+    for numbers, values in pieces:
+        out[numbers] = values.detach().double()
+    return out
+
+
+@dataclass
+class FitTrace:
+    """How each head trained: its epochs, best epoch, whether it hit the epoch cap; time."""
+
+    histories: list[list[EpochRecord]]
+    best_epochs: list[int]
+    capped: list[bool]
+    wall_seconds: float
+
+
+def fit_heads(probes: HeadProbes, schedule: _Schedule) -> FitTrace:
+    """Train every head of ``probes`` until it stops (see the module docstring); leaves each head
+    in its best state."""
+    started = time.perf_counter()
+    heads = len(probes.heads)
+    optimizer = HeadAdam(probes.parameter_groups(schedule), heads)
+    shuffles = [torch.Generator().manual_seed(seed) for seed in probes.seeds]
+    active = torch.ones(heads, dtype=torch.bool)
+    best = {name: value.detach().clone() for name, value in probes.state_dict().items()}
+    best_keys: list[tuple[float, ...] | None] = [None] * heads
+    best_epochs = [0] * heads
+    histories: list[list[EpochRecord]] = [[] for _ in range(heads)]
+    for epoch in range(1, schedule.max_epochs + 1):
+        probes.train()
+        loss_sum = torch.zeros(heads, dtype=torch.float64)
+        items = torch.zeros(heads, dtype=torch.float64)
+        for step in probes.epoch_steps(shuffles):
+            total, losses, counts = probes.step_loss(step, active)
+            optimizer.zero_grad()
+            total.backward()
+            optimizer.step()
+            loss_sum += losses * counts
+            items += counts
+        probes.eval()
+        with torch.no_grad():
+            dev = probes.evaluate("dev", active)
+        improved = torch.zeros(heads, dtype=torch.bool)
+        for h in torch.nonzero(active).flatten().tolist():
+            score, loss = float(dev.scores[h]), float(dev.losses[h])
+            key = (-loss,) if probes.lower_is_better else (score, -loss)
+            selected = loss if probes.lower_is_better else score
+            histories[h].append(EpochRecord(epoch, float(loss_sum[h] / items[h]), selected, loss))
+            if best_keys[h] is None or key > best_keys[h]:  # type: ignore[operator]
+                best_keys[h], best_epochs[h] = key, epoch
+                improved[h] = True
+            elif epoch - best_epochs[h] >= schedule.patience:
+                active[h] = False
+                optimizer.scale[h] = 0.0
+            else:
+                optimizer.scale[h] *= schedule.lr_decay
+        probes.keep_best(best, improved)
+        if not active.any():
+            break
+    probes.load_state_dict(best)
+    probes.eval()
+    return FitTrace(histories, best_epochs, active.tolist(), time.perf_counter() - started)
+
+
+def _result(
+    probes: HeadProbes,
+    fit: FitTrace,
+    h: int,
+    metric: str,
+    dev: float,
+    test: float,
+    predictions: list[list[str]],
+    per_sentence: dict[str, list[int]],
+    extra: dict[str, float],
+) -> ProbeResult:
+    mix_weights, gamma = probes.mix_summary(h)
+    return ProbeResult(
+        features=probes.heads[h].mode.value,
+        metric=metric,
+        seed=probes.heads[h].seed,
+        dev=dev,
+        test=test,
+        best_epoch=fit.best_epochs[h],
+        epochs=len(fit.histories[h]),
+        hit_epoch_cap=fit.capped[h],
+        mix_weights=mix_weights,
+        gamma=gamma,
+        wall_seconds=fit.wall_seconds / len(probes.heads),
+        history=fit.histories[h],
+        test_predictions=predictions,
+        per_sentence_test=per_sentence,
+        extra=extra,
+    )
+
+
+def _per_sentence_sums(values: torch.Tensor, sentence_lengths: Sequence[int]) -> list[int]:
+    return [int(part.sum()) for part in values.long().split(list(sentence_lengths))]
+
+
+# --- Token and pair tasks -----------------------------------------------------------------------
+
+
+def epoch_order(
+    tokens: int, batch_size: int, min_epoch_tokens: int, shuffle: torch.Generator
+) -> list[torch.Tensor]:
+    """One epoch's minibatches of token indices: shuffled passes over the ``tokens`` training
+    tokens until at least ``min_epoch_tokens`` are drawn (one pass when there are more)."""
+    passes = max(1, -(-min_epoch_tokens // max(tokens, 1)))
+    order = torch.cat([torch.randperm(tokens, generator=shuffle) for _ in range(passes)])
+    return list(order.split(batch_size))
+
+
+class TokenProbes(HeadProbes):
+    """Token probes (a label per token) and, when the splits have ``heads``, pair probes (the
+    label of each word's arc to its gold head, from ``[x_dep; x_head; x_dep * x_head]``, a root
+    vector standing in for the head of root words): linear or MLP, per head."""
+
+    def __init__(
+        self,
+        heads: Sequence[Head],
+        splits: dict[str, FeatureDataset],
+        vocabulary: LabelVocabulary,
+        metric: TaskMetric | str,
+        settings: ProbeSettings,
+    ) -> None:
+        train = splits["train"]
+        _check_token_splits(splits, vocabulary)
+        self.pair = train.heads is not None
+        labels = vocabulary.num_train_labels
+
+        def build(generators: Sequence[torch.Generator], width: int) -> nn.Module:
+            d_in = 3 * width if self.pair else width
+            kind, hidden, dropout = settings.kind, settings.hidden_dim, settings.dropout
+            return HeadClassifier(generators, d_in, labels, kind, hidden, dropout)
+
+        super().__init__(heads, train.num_layers, train.dim, settings, build, root=self.pair)
+        self.splits = splits
+        self.vocabulary = vocabulary
+        self.metric = TaskMetric(metric)
+        self.batch_size = settings.batch_size
+        self.min_epoch_tokens = settings.min_epoch_tokens
+
+    def epoch_steps(self, shuffles: Sequence[torch.Generator]) -> Iterator[list[torch.Tensor]]:
+        tokens = len(self.splits["train"].labels)
+        orders = [epoch_order(tokens, self.batch_size, self.min_epoch_tokens, g) for g in shuffles]
+        return (list(step) for step in zip(*orders, strict=True))
+
+    def _gather(
+        self, split: FeatureDataset, batches: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Layers ``(num_layers, G, N, dim)`` float32 of the minibatches (dependents, then their
+        heads, for pairs) and, for pairs, whether each head is the root ``(G, B)``."""
+        if not self.pair:
+            rows = torch.cat(list(batches))
+            return _rows(split.features, rows, len(batches)), None
+        assert split.heads is not None
+        head_rows = [split.heads[batch] for batch in batches]
+        rows = torch.cat(
+            [torch.cat([b, h.clamp(min=0)]) for b, h in zip(batches, head_rows, strict=True)]
+        )
+        return _rows(split.features, rows, len(batches)), torch.stack(head_rows) < 0
+
+    def _logits(
+        self,
+        part: _Part,
+        x: torch.Tensor,
+        is_root: torch.Tensor | None,
+        groups: torch.Tensor,
+        local: torch.Tensor,
+    ) -> torch.Tensor:
+        inputs = self.inputs(part, x, groups, local)  # (h, N, width)
+        if self.pair:
+            assert is_root is not None and part.root is not None
+            dep, head = inputs.chunk(2, dim=1)  # (h, B, width) each
+            root = part.root.vector[local][:, None, :]  # (h, 1, width)
+            head = torch.where(is_root[groups][..., None], root, head)
+            inputs = torch.cat([dep, head, dep * head], dim=-1)  # (h, B, 3 * width)
+        return part.probe(inputs, local)  # (h, B, labels)
+
+    def step_loss(self, step: list[torch.Tensor], active: torch.Tensor) -> StepLoss:
+        train = self.splits["train"]
+        x, is_root = self._gather(train, step)
+        labels = torch.stack([train.labels[batch] for batch in step])  # (G, B)
+        total, pieces = torch.zeros(()), []
+        for part in self.parts:
+            local, numbers = self.members(part, active)
+            if not len(local):
+                continue
+            groups = self.seed_group[numbers]
+            logits = self._logits(part, x, is_root, groups, local)  # (h, B, labels)
+            losses = F.cross_entropy(logits.transpose(1, 2), labels[groups], reduction="none")
+            losses = losses.mean(dim=1) + self.penalty(part, local)  # (h,)
+            total = total + losses.sum()
+            pieces.append((numbers, losses))
+        counts = torch.full((len(self.heads),), float(len(step[0])), dtype=torch.float64)
+        return total, _scatter(len(self.heads), pieces), counts
+
+    def evaluate(self, role: str, active: torch.Tensor) -> Evaluation:
+        split = self.splits[role]
+        heads = len(self.heads)
+        predicted = torch.zeros(heads, len(split.labels), dtype=torch.long)
+        loss_sum = torch.zeros(heads, dtype=torch.float64)
+        for chunk in torch.arange(len(split.labels)).split(EVAL_TOKENS):
+            x, is_root = self._gather(split, [chunk])
+            gold = split.labels[chunk]
+            for part in self.parts:
+                local, numbers = self.members(part, active)
+                if not len(local):
+                    continue
+                groups = torch.zeros(len(local), dtype=torch.long)
+                logits = self._logits(part, x, is_root, groups, local)  # (h, n, labels)
+                predicted[numbers, chunk[0] : chunk[-1] + 1] = logits.argmax(dim=-1)
+                loss_sum[numbers] += _eval_losses(logits, gold, self.vocabulary).double()
+        scores = torch.full((heads,), float("nan"), dtype=torch.float64)
+        for h in torch.nonzero(active).flatten().tolist():
+            scores[h] = self._score(predicted[h], split)
+        return Evaluation(scores, loss_sum / len(split.labels), list(predicted))
+
+    def _score(self, predicted: torch.Tensor, split: FeatureDataset) -> float:
+        return task_score(
+            self.metric, predicted, split.labels, split.sentence_lengths, self.vocabulary
+        )
+
+    def results(self, fit: FitTrace) -> list[ProbeResult]:
+        dev, test = self.final_evaluations()
+        split = self.splits["test"]
+        results = []
+        for h in range(len(self.heads)):
+            extra = {}
+            if self.metric is TaskMetric.SPAN_F1:
+                extra = {
+                    f"{role}_untyped_f1": self._untyped(evaluation.predicted[h], self.splits[role])
+                    for role, evaluation in (("dev", dev), ("test", test))
+                }
+            predicted = test.predicted[h]
+            results.append(
+                _result(
+                    self,
+                    fit,
+                    h,
+                    self.metric.value,
+                    float(dev.scores[h]),
+                    float(test.scores[h]),
+                    self.vocabulary.decode_sentences(predicted, split.sentence_lengths),
+                    {
+                        "correct": _per_sentence_sums(
+                            predicted == split.labels, split.sentence_lengths
+                        ),
+                        "total": list(split.sentence_lengths),
+                    },
+                    extra,
+                )
+            )
+        return results
+
+    def _untyped(self, predicted: torch.Tensor, split: FeatureDataset) -> float:
+        decode = self.vocabulary.decode_sentences
+        return untyped_span_f1(
+            decode(split.labels, split.sentence_lengths),
+            decode(predicted, split.sentence_lengths),
+            self.vocabulary.scheme,
+        )
+
+
+def _rows(features: torch.Tensor, rows: torch.Tensor, groups: int) -> torch.Tensor:
+    """``features[:, rows]`` as float32 ``(num_layers, groups, len(rows) // groups, dim)``."""
+    gathered = features.index_select(1, rows).float()  # (num_layers, rows, dim)
+    return gathered.view(gathered.shape[0], groups, -1, gathered.shape[-1])
+
+
+def _eval_losses(
+    logits: torch.Tensor, gold: torch.Tensor, vocabulary: LabelVocabulary
+) -> torch.Tensor:
+    """Summed cross-entropy per head ``(h,)``; a label kept but unseen in train (no output of the
+    probe) counts as the loss of the least likely label."""
+    known = gold < vocabulary.num_train_labels
+    log_probs = torch.log_softmax(logits, dim=-1)  # (h, n, labels)
+    picked = log_probs.gather(
+        2, gold.clamp(max=logits.shape[-1] - 1).expand(len(logits), -1)[..., None]
+    )
+    floor = log_probs.min(dim=-1).values  # (h, n)
+    return -torch.where(known, picked[..., 0], floor).sum(dim=1)
+
+
+def _check_widths(splits: dict[str, FeatureDataset] | dict[str, TreeDataset]) -> None:
+    train = splits["train"]
+    for name in ("dev", "test"):
+        split = splits[name]
+        if (split.num_layers, split.dim) != (train.num_layers, train.dim):
+            raise ValueError(
+                f"{name} features are ({split.num_layers}, tokens, {split.dim}),"
+                f" train's ({train.num_layers}, tokens, {train.dim})"
+            )
+
+
+def _check_token_splits(splits: dict[str, FeatureDataset], vocabulary: LabelVocabulary) -> None:
+    train = splits["train"]
+    if int(train.labels.max()) >= vocabulary.num_train_labels:
+        raise ValueError(
+            f"train label id {int(train.labels.max())} is not one of the"
+            f" {vocabulary.num_train_labels} train labels of the vocabulary"
+        )
+    _check_widths(splits)
+    for name in ("dev", "test"):
+        split = splits[name]
+        if (split.heads is None) != (train.heads is None):
+            raise ValueError(f"heads in only one of train and {name}")
+
+
+# --- Tree tasks ---------------------------------------------------------------------------------
+
+
+class HeadBilinear(nn.Module):
+    """Per head ``score(i, j) = m_i^T W m_j + b^T m_j`` over the candidates ``j`` (the root's vector
+    first, then the words). ``W`` starts small and random (standard deviation ``1 / width``: a
+    zero start is a saddle where every head is alike), ``b`` at zero."""
+
+    def __init__(self, generators: Sequence[torch.Generator], width: int) -> None:
+        super().__init__()
+        weights = [torch.randn((width, width), generator=g) / width for g in generators]
+        self.weight = nn.Parameter(torch.stack(weights))
+        self.bias = nn.Parameter(torch.zeros(len(generators), width))
+
+    def forward(
+        self, mixed: torch.Tensor, root: torch.Tensor, mask: torch.Tensor, heads: torch.Tensor
+    ) -> torch.Tensor:
+        """``mixed`` ``(h, b, n, width)``, ``root`` ``(h, width)``, ``mask`` ``(b, n)`` ->
+        ``(h, b, n, 1 + n)``, ``-inf`` where a word would head itself or padding would head."""
+        h, b, n, width = mixed.shape
+        candidates = torch.cat([root[:, None, None, :].expand(h, b, 1, width), mixed], dim=2)
+        left = torch.bmm(mixed.reshape(h, b * n, width), self.weight[heads]).view(h, b, n, width)
+        bilinear = left @ candidates.transpose(2, 3)  # (h, b, n, 1 + n)
+        prior = (candidates @ self.bias[heads][:, None, :, None])[..., 0]  # (h, b, 1 + n)
+        scores = bilinear + prior[:, :, None, :]
+        self_arc = F.pad(torch.eye(n, dtype=torch.bool), (1, 0))  # (n, 1 + n)
+        padding = F.pad(~mask, (1, 0))  # (b, 1 + n)
+        return scores.masked_fill(self_arc | padding[:, None, :], float("-inf"))
+
+
+class HeadProjection(nn.Module):
+    """Per head the structural probe's ``d(i, j) = |B (m_i - m_j)|^2``; ``B`` ``(rank, width)``
+    uniform in (-0.05, 0.05) as in Hewitt and Manning."""
+
+    def __init__(self, generators: Sequence[torch.Generator], width: int, rank: int) -> None:
+        super().__init__()
+        self.proj = nn.Parameter(_uniform(generators, (rank, width), 0.05))
+
+    def forward(self, mixed: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+        """``(h, b, n, width)`` -> squared distances ``(h, b, n, n)``."""
+        h, b, n, width = mixed.shape
+        projected = torch.bmm(mixed.reshape(h, b * n, width), self.proj[heads].transpose(1, 2))
+        projected = projected.view(h, b, n, -1)  # (h, b, n, rank)
+        norms = (projected**2).sum(dim=-1)  # (h, b, n)
+        gram = projected @ projected.transpose(2, 3)  # (h, b, n, n)
+        return (norms[..., :, None] + norms[..., None, :] - 2 * gram).clamp(min=0)
+
+
+class _TreeProbes(HeadProbes):
+    """Whole sentences in padded batches: a fixed plan of batches of similar length
+    (:func:`plan_batches`), which each seed visits in its own order."""
+
+    def __init__(
+        self,
+        heads: Sequence[Head],
+        splits: dict[str, TreeDataset],
+        settings: ProbeSettings,
+        build: Callable[[Sequence[torch.Generator], int], nn.Module],
+        *,
+        root: bool = False,
+    ) -> None:
+        train = splits["train"]
+        _check_widths(splits)
+        super().__init__(heads, train.num_layers, train.dim, settings, build, root=root)
+        self.splits = splits
+        self.plans = {
+            "train": plan_batches(train.sentence_lengths, settings.tree.batch_tokens),
+            "dev": plan_batches(splits["dev"].sentence_lengths, TREE_EVAL_TOKENS),
+            "test": plan_batches(splits["test"].sentence_lengths, TREE_EVAL_TOKENS),
+        }
+
+    def epoch_steps(self, shuffles: Sequence[torch.Generator]) -> Iterator[list[int]]:
+        batches = len(self.plans["train"])
+        orders = [torch.randperm(batches, generator=g).tolist() for g in shuffles]
+        return (list(step) for step in zip(*orders, strict=True))
+
+    def _batches(self, role: str, numbers: Sequence[int] | None = None):
+        """``(number, batch, layers (num_layers, 1, b, n, dim) float32)`` of the role's plan."""
+        plan = self.plans[role]
+        features = self.splits[role].features
+        for number in range(len(plan)) if numbers is None else numbers:
+            batch = plan[number]
+            layers = features.index_select(1, batch.tokens.flatten()).float()
+            yield number, batch, layers.view(layers.shape[0], 1, *batch.tokens.shape, -1)
+
+    def _mixed(self, part: _Part, layers: torch.Tensor, batch: SentenceBatch, local: torch.Tensor):
+        groups = torch.zeros(len(local), dtype=torch.long)
+        return self.inputs(part, layers, groups, local, batch.mask[None])  # (h, b, n, width)
+
+    def step_loss(self, step: list[int], active: torch.Tensor) -> StepLoss:
+        heads = len(self.heads)
+        total, pieces = torch.zeros(()), []
+        counts = torch.zeros(heads, dtype=torch.float64)
+        for group, number in enumerate(step):
+            _, batch, layers = next(self._batches("train", [number]))
+            in_group = active & (self.seed_group == group)
+            for part in self.parts:
+                local, numbers = self.members(part, in_group)
+                if not len(local):
+                    continue
+                mixed = self._mixed(part, layers, batch, local)
+                losses, items = self._batch_losses(part, mixed, batch, number, local)
+                losses = losses + self.penalty(part, local)
+                total = total + losses.sum()
+                pieces.append((numbers, losses))
+                counts[numbers] = float(items)
+        return total, _scatter(heads, pieces), counts
+
+    def _batch_losses(
+        self, part: _Part, mixed: torch.Tensor, batch: SentenceBatch, number: int, local
+    ) -> tuple[torch.Tensor, int]:
+        raise NotImplementedError
+
+
+class ArcProbes(_TreeProbes):
+    """``deparc``: each word's head among the root and the sentence's words, the argmax of a
+    bilinear score (no tree decoding); cross-entropy with the gold head; UAS over every word,
+    punctuation included."""
+
+    def __init__(
+        self, heads: Sequence[Head], splits: dict[str, TreeDataset], settings: ProbeSettings
+    ) -> None:
+        super().__init__(heads, splits, settings, HeadBilinear, root=True)
+
+    def _scores(self, part: _Part, mixed, batch: SentenceBatch, local) -> torch.Tensor:
+        assert part.root is not None
+        return part.probe(mixed, part.root.vector[local], batch.mask, local)  # (h, b, n, 1 + n)
+
+    def _batch_losses(self, part, mixed, batch, number, local) -> tuple[torch.Tensor, int]:
+        scores = self._scores(part, mixed, batch, local)[:, batch.mask]  # (h, words, 1 + n)
+        gold = self.splits["train"].heads[batch.tokens[batch.mask]]  # (words,)
+        losses = F.cross_entropy(
+            scores.transpose(1, 2), gold.expand(len(scores), -1), reduction="none"
+        )
+        return losses.mean(dim=1), len(gold)
+
+    def evaluate(self, role: str, active: torch.Tensor) -> Evaluation:
+        split = self.splits[role]
+        heads, tokens = len(self.heads), len(split.heads)
+        predicted = torch.zeros(heads, tokens, dtype=torch.long)
+        loss_sum = torch.zeros(heads, dtype=torch.float64)
+        for _, batch, layers in self._batches(role):
+            words = batch.tokens[batch.mask]  # (words,)
+            gold = split.heads[words]
+            for part in self.parts:
+                local, numbers = self.members(part, active)
+                if not len(local):
+                    continue
+                mixed = self._mixed(part, layers, batch, local)
+                scores = self._scores(part, mixed, batch, local)[:, batch.mask]  # (h, words, 1+n)
+                predicted[numbers[:, None], words[None, :]] = scores.argmax(dim=-1)
+                losses = F.cross_entropy(
+                    scores.transpose(1, 2), gold.expand(len(scores), -1), reduction="none"
+                )
+                loss_sum[numbers] += losses.sum(dim=1).double()
+        correct = (predicted == split.heads).double()  # (heads, tokens)
+        scores = torch.where(active, correct.mean(dim=1), float("nan"))
+        return Evaluation(scores, loss_sum / tokens, list(predicted))
+
+    def results(self, fit: FitTrace) -> list[ProbeResult]:
+        dev, test = self.final_evaluations()
+        split = self.splits["test"]
+        results = []
+        for h in range(len(self.heads)):
+            predicted = test.predicted[h]
+            results.append(
+                _result(
+                    self,
+                    fit,
+                    h,
+                    "uas",
+                    float(dev.scores[h]),
+                    float(test.scores[h]),
+                    [
+                        [str(head) for head in sentence.tolist()]
+                        for sentence in predicted.split(list(split.sentence_lengths))
+                    ],
+                    {
+                        "correct": _per_sentence_sums(
+                            predicted == split.heads, split.sentence_lengths
+                        ),
+                        "total": list(split.sentence_lengths),
+                    },
+                    {},
+                )
+            )
+        return results
+
+
+class StructuralProbes(_TreeProbes):
+    """Hewitt and Manning's structural probe: squared distances under ``B`` fit the tree distances
+    (L1 per sentence over all word pairs, divided by ``n^2``, averaged over sentences); selected on
+    the dev loss; scored as UUAS of the minimum spanning tree of the predicted distances
+    (punctuation left out) and distance Spearman."""
+
+    lower_is_better = True
+
+    def __init__(
+        self, heads: Sequence[Head], splits: dict[str, TreeDataset], settings: ProbeSettings
+    ) -> None:
+        rank = settings.tree.rank
+
+        def build(generators: Sequence[torch.Generator], width: int) -> nn.Module:
+            return HeadProjection(generators, width, rank)
+
+        super().__init__(heads, splits, settings, build)
+        self.gold = {
+            role: [tree_distances(h) for h in split.sentence_heads()]
+            for role, split in splits.items()
+        }
+        self.targets = {
+            role: _padded_distances(self.gold[role], self.plans[role]) for role in splits
+        }
+
+    def _batch_losses(self, part, mixed, batch, number, local) -> tuple[torch.Tensor, int]:
+        predicted = part.probe(mixed, local)  # (h, b, n, n)
+        losses = _sentence_losses(predicted, self.targets["train"][number], batch.mask)
+        return losses.mean(dim=1), len(batch.sentences)
+
+    def evaluate(self, role: str, active: torch.Tensor, distances: bool = False) -> Evaluation:
+        heads = len(self.heads)
+        sentences = len(self.splits[role].sentence_lengths)
+        loss_sum = torch.zeros(heads, dtype=torch.float64)
+        predicted: list = [[np.empty(0)] * sentences if distances else None for _ in range(heads)]
+        for number, batch, layers in self._batches(role):
+            for part in self.parts:
+                local, numbers = self.members(part, active)
+                if not len(local):
+                    continue
+                mixed = self._mixed(part, layers, batch, local)
+                squared = part.probe(mixed, local)  # (h, b, n, n)
+                losses = _sentence_losses(squared, self.targets[role][number], batch.mask)
+                loss_sum[numbers] += losses.sum(dim=1).double()
+                if distances:
+                    lengths = batch.mask.sum(dim=1).tolist()
+                    array = squared.numpy()
+                    for row, h in enumerate(numbers.tolist()):
+                        for slot, (s, n) in enumerate(
+                            zip(batch.sentences.tolist(), lengths, strict=True)
+                        ):
+                            predicted[h][s] = array[row, slot, :n, :n]
+        losses = torch.where(active, loss_sum / sentences, float("nan"))
+        return Evaluation(torch.full((heads,), float("nan")), losses, predicted)
+
+    def results(self, fit: FitTrace) -> list[ProbeResult]:
+        dev, test = self.final_evaluations(distances=True)
+        results = []
+        for h in range(len(self.heads)):
+            dev_uuas = uuas(dev.predicted[h], self.gold["dev"], self.splits["dev"].sentence_punct())
+            test_uuas = uuas(
+                test.predicted[h], self.gold["test"], self.splits["test"].sentence_punct()
+            )
+            results.append(
+                _result(
+                    self,
+                    fit,
+                    h,
+                    "uuas",
+                    dev_uuas.score,
+                    test_uuas.score,
+                    [[f"{i + 1}-{j + 1}" for i, j in edges] for edges in test_uuas.predicted_edges],
+                    {"correct": test_uuas.correct, "total": test_uuas.total},
+                    {
+                        "dev_dspr": distance_spearman(dev.predicted[h], self.gold["dev"]),
+                        "test_dspr": distance_spearman(test.predicted[h], self.gold["test"]),
+                    },
+                )
+            )
+        return results
+
+
+def _padded_distances(
+    gold: Sequence[np.ndarray], plan: Sequence[SentenceBatch]
+) -> list[torch.Tensor]:
+    """The gold distances of each batch of ``plan``, ``(b, n_max, n_max)`` float32, 0-padded."""
+    targets = []
+    for batch in plan:
+        n_max = batch.mask.shape[1]
+        padded = np.zeros((len(batch.sentences), n_max, n_max), dtype=np.float32)
+        for slot, sentence in enumerate(batch.sentences.tolist()):
+            n = len(gold[sentence])
+            padded[slot, :n, :n] = gold[sentence]
+        targets.append(torch.from_numpy(padded))
+    return targets
+
+
+def _sentence_losses(
+    predicted: torch.Tensor, gold: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """H&M's L1 loss per head and sentence, ``sum_{i,j} |d - tree| / n^2``: ``(h, b)``."""
+    pairs = mask[:, :, None] & mask[:, None, :]  # (b, n, n)
+    lengths = mask.sum(dim=1).float()  # (b,)
+    errors = torch.where(pairs, (predicted - gold).abs(), 0.0)  # (h, b, n, n)
+    return errors.sum(dim=(2, 3)) / lengths**2
+
+
+# --- Entry point --------------------------------------------------------------------------------
+
+
+def train_heads(
+    heads: Sequence[Head],
+    splits: dict[str, FeatureDataset] | dict[str, TreeDataset],
+    settings: ProbeSettings,
+    *,
+    kind: str,
+    metric: TaskMetric | str | None = None,
+    vocabulary: LabelVocabulary | None = None,
+) -> list[ProbeResult]:
+    """Train every head on ``splits`` (train, dev, test) together and score each; ``kind`` is
+    ``token`` or ``pair`` (then ``metric`` and ``vocabulary`` are needed), ``arc`` or
+    ``structural``. Results come in the order of ``heads``."""
+    settings.check()
+    probes: HeadProbes
+    if kind in ("token", "pair"):
+        assert metric is not None and vocabulary is not None
+        probes = TokenProbes(heads, splits, vocabulary, metric, settings)  # type: ignore[arg-type]
+    elif kind == "arc":
+        probes = ArcProbes(heads, splits, settings)  # type: ignore[arg-type]
+    elif kind == "structural":
+        probes = StructuralProbes(heads, splits, settings)  # type: ignore[arg-type]
+    else:
+        raise ValueError(f"unknown probe kind {kind!r}")
+    fit = fit_heads(probes, _Schedule.of(settings, tree=kind in ("arc", "structural")))
+    return probes.results(fit)
