@@ -101,8 +101,9 @@ def test_linear_probes_learn_a_separable_task(splits: tuple[FeatureDataset, ...]
         assert result.features == mode and result.test >= 0.95
         assert result.dev == max(epoch.dev_metric for epoch in result.history)
         assert result.history[result.best_epoch - 1].dev_metric == result.dev
-        assert result.hit_epoch_cap == (result.epochs - result.best_epoch < FAST.patience)
-        assert result.epochs == FAST.max_epochs or result.epochs - result.best_epoch == 4
+        # Stopped early (patience 4 epochs after the last progress), or still going at the cap.
+        assert result.hit_epoch_cap == (result.epochs == FAST.max_epochs)
+        assert result.hit_epoch_cap or result.epochs - result.best_epoch <= 4
         assert [len(tags) for tags in result.test_predictions] == [8] * 10
         assert json.loads(json.dumps(dataclasses.asdict(result)))["features"] == mode
         correct, total = result.per_sentence_test["correct"], result.per_sentence_test["total"]

@@ -29,7 +29,7 @@ from elmolab.probing.trees import (
 _DEFAULT = default_probe_settings()
 FAST = dataclasses.replace(
     _DEFAULT,
-    mix_lr=1e-2,
+    mix_lr=0.05,  # few steps an epoch here: the mix needs larger ones than on real data
     tree=dataclasses.replace(
         _DEFAULT.tree, lr=1e-2, batch_tokens=128, max_epochs=30, patience=3, rank=16
     ),

@@ -20,13 +20,17 @@ Every trained probe kind runs through :func:`fit_heads`, one loop with one early
   :class:`StructuralProbes`), which read whole sentences in padded batches
   (:mod:`elmolab.probing.trees`).
 
-Early stopping, per head: after each epoch the head scores dev; it improves when its dev score
-rises, or, with the same score, when its dev loss falls (a score that stays tied, e.g. a span F1
-of 0 in the first epochs, then selects on the loss instead of keeping epoch 1). The structural
-probe selects on its dev loss alone, as Hewitt and Manning. An epoch without improvement multiplies
-the head's learning rate by ``lr_decay``; ``patience`` of them in a row stop the head, whose best
-state then scores test once. A head still improving at ``max_epochs`` is reported with
-``hit_epoch_cap``. Training ends when every head has stopped; stopped heads take no more compute.
+Early stopping, per head: after each epoch the head scores dev. Its best state is the epoch of
+the highest dev score, and among equal scores the lowest dev loss (a score that stays tied, e.g. a
+span F1 of 0 in the first epochs, then selects on the loss instead of keeping epoch 1); the
+structural probe selects on its dev loss alone, as Hewitt and Manning. An epoch makes *progress*
+when the score rises by more than ``min_delta`` over the last progress (or, the score unchanged
+or for the structural probe, the loss falls by more than the share ``min_delta``): dev differences
+smaller than that are noise, and counting them kept heads crawling for dozens of epochs. An epoch
+without progress multiplies the head's learning rate by ``lr_decay``; ``patience`` of them in a
+row stop the head, whose best state then scores test once. A head still making progress at
+``max_epochs`` is reported with ``hit_epoch_cap``. Training ends when every head has stopped;
+stopped heads take no more compute.
 
 The learned scalar mix (``w``, ``gamma``) has its own learning rate (``probe.mix_lr``) and the L2
 penalty ``l2_lambda * |w|^2`` in the loss, as the task model's part it is in ELMo.
@@ -93,7 +97,8 @@ class ProbeSettings:
     weight_decay: float  # on the classifier (token and pair tasks)
     batch_size: int  # tokens per step (token and pair tasks)
     max_epochs: int
-    patience: int  # epochs without improvement before a head stops
+    patience: int  # epochs without progress before a head stops
+    min_delta: float  # progress: the dev score up by more than this (or the loss by this share)
     layer_norm: bool  # normalize each layer before mixing
     l2_lambda: float  # L2 penalty on the learned scalar-mix logits
     num_threads: int  # torch intra-op threads of the cell's process (workers use one each)
@@ -131,6 +136,8 @@ class ProbeSettings:
         for key, value in (("lr_decay", self.lr_decay), ("tree.lr_decay", self.tree.lr_decay)):
             if not 0 < value <= 1:
                 raise ElmolabError(f"probe.{key} must lie in (0, 1], got {value}")
+        if not 0 <= self.min_delta < 1:
+            raise ElmolabError(f"probe.min_delta must lie in [0, 1), got {self.min_delta}")
         if not 0 <= self.dropout < 1:
             raise ElmolabError(f"probe.dropout must lie in [0, 1), got {self.dropout}")
 
@@ -145,12 +152,15 @@ class _Schedule:
     max_epochs: int
     patience: int
     weight_decay: float
+    min_delta: float
 
     @classmethod
     def of(cls, settings: ProbeSettings, tree: bool) -> _Schedule:
         if tree:
             t = settings.tree
-            return cls(t.lr, settings.mix_lr, t.lr_decay, t.max_epochs, t.patience, 0.0)
+            return cls(
+                t.lr, settings.mix_lr, t.lr_decay, t.max_epochs, t.patience, 0.0, settings.min_delta
+            )
         return cls(
             settings.lr,
             settings.mix_lr,
@@ -158,6 +168,7 @@ class _Schedule:
             settings.max_epochs,
             settings.patience,
             settings.weight_decay,
+            settings.min_delta,
         )
 
 
@@ -579,6 +590,8 @@ def fit_heads(probes: HeadProbes, schedule: _Schedule) -> FitTrace:
     best = {name: value.detach().clone() for name, value in probes.state_dict().items()}
     best_keys: list[tuple[float, ...] | None] = [None] * heads
     best_epochs = [0] * heads
+    marks: list[tuple[float, float] | None] = [None] * heads  # (score, loss) of the last progress
+    since = [0] * heads  # the epoch of the last progress
     histories: list[list[EpochRecord]] = [[] for _ in range(heads)]
     for epoch in range(1, schedule.max_epochs + 1):
         probes.train()
@@ -603,7 +616,12 @@ def fit_heads(probes: HeadProbes, schedule: _Schedule) -> FitTrace:
             if best_keys[h] is None or key > best_keys[h]:  # type: ignore[operator]
                 best_keys[h], best_epochs[h] = key, epoch
                 improved[h] = True
-            elif epoch - best_epochs[h] >= schedule.patience:
+            mark = marks[h]
+            if mark is None or _progress(
+                score, loss, mark, schedule.min_delta, probes.lower_is_better
+            ):
+                marks[h], since[h] = (score, loss), epoch
+            elif epoch - since[h] >= schedule.patience:
                 active[h] = False
                 optimizer.scale[h] = 0.0
             else:
@@ -614,6 +632,19 @@ def fit_heads(probes: HeadProbes, schedule: _Schedule) -> FitTrace:
     probes.load_state_dict(best)
     probes.eval()
     return FitTrace(histories, best_epochs, active.tolist(), time.perf_counter() - started)
+
+
+def _progress(
+    score: float, loss: float, mark: tuple[float, float], min_delta: float, loss_only: bool
+) -> bool:
+    """Whether a dev result is progress over ``mark`` (the last one that was): a score higher by
+    more than ``min_delta``, or (the same score, or a head selected on its loss) a loss lower by
+    more than the share ``min_delta`` of the marked loss."""
+    marked_score, marked_loss = mark
+    lower_loss = loss < marked_loss * (1 - min_delta)
+    if loss_only:
+        return lower_loss
+    return score > marked_score + min_delta or (score == marked_score and lower_loss)
 
 
 def _result(
