@@ -243,9 +243,11 @@ class HeadAdam:
         correction1 = 1 - beta1**self.steps
         correction2 = 1 - beta2**self.steps
         for (p, lr, wd, rows), (m, v) in zip(self.groups, self.moments, strict=True):
-            if p.grad is None:
-                continue
-            grad = p.grad if wd == 0 else p.grad + wd * p
+            # No gradient counts as a zero one (the moments decay), as for a head whose loss did
+            # not reach the parameter while another head's did: a head's steps never depend on
+            # which other heads share its fit.
+            grad = torch.zeros_like(p) if p.grad is None else p.grad
+            grad = grad if wd == 0 else grad + wd * p
             m.lerp_(grad, 1 - beta1)
             v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
             denominator = (v / correction2).sqrt_().add_(ADAM_EPS)
@@ -754,13 +756,32 @@ class TokenProbes(HeadProbes):
         local: torch.Tensor,
     ) -> torch.Tensor:
         inputs = self.inputs(part, x, groups, local)  # (h, N, width)
-        if self.pair:
-            assert is_root is not None and part.root is not None
-            dep, head = inputs.chunk(2, dim=1)  # (h, B, width) each
-            root = part.root.vector[local][:, None, :]  # (h, 1, width)
-            head = torch.where(is_root[groups][..., None], root, head)
-            inputs = torch.cat([dep, head, dep * head], dim=-1)  # (h, B, 3 * width)
-        return part.probe(inputs, local)  # (h, B, labels)
+        if not self.pair:
+            return part.probe(inputs, local)  # (h, B, labels)
+        assert is_root is not None and part.root is not None
+        dep, head = inputs.chunk(2, dim=1)  # (h, B, width) each
+        root = part.root.vector[local]  # (h, width)
+        if not (root.requires_grad and torch.is_grad_enabled()) or inputs.requires_grad:
+            head = torch.where(is_root[groups][..., None], root[:, None, :], head)
+            return part.probe(torch.cat([dep, head, dep * head], dim=-1), local)
+        # Only the root rows (a few per cent) carry a gradient to the inputs, to the learned root
+        # vector: every row is classified with the features' head (no input gradient, so the
+        # backward pass skips a third of its work), then the root rows again, with the root.
+        logits = part.probe(torch.cat([dep, head, dep * head], dim=-1), local)
+        # Minibatch by minibatch, so that no product's shape depends on another seed's batch
+        # (which would change its rounding, and Adam turns rounding into steps).
+        for group, mask in enumerate(is_root):
+            rows = torch.nonzero(mask).flatten()  # (r,)
+            heads = torch.nonzero(groups == group).flatten()  # (g,) the group's heads here
+            if not len(rows) or not len(heads):
+                continue
+            dep_rows = dep[heads][:, rows]  # (g, r, width)
+            root_rows = root[heads][:, None, :].expand_as(dep_rows)
+            root_logits = part.probe(
+                torch.cat([dep_rows, root_rows, dep_rows * root_rows], dim=-1), local[heads]
+            )  # (g, r, labels)
+            logits = logits.index_put((heads[:, None], rows[None, :]), root_logits)
+        return logits
 
     def step_loss(self, step: list[torch.Tensor], active: torch.Tensor) -> StepLoss:
         train = self.splits["train"]
