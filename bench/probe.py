@@ -10,12 +10,13 @@ runs them:
    median over ``--steps`` steps), times the steps of an epoch, plus one dev evaluation;
 3. wsd (1-NN, nothing trained): its whole cell on that one encoder.
 
-Predicted stage time: per task, loading (data once, features once per encoder) plus the jobs'
-epochs, which run ``probe.workers`` at a time: ``sum(job epochs x epoch time) / workers``. A job
-lasts as long as its slowest head: its epochs are read from a previous probe stage's
-``metrics.json`` files (``--probes``, default ``artifacts/probes``) when there are some, else
-``--epochs``. Every head trains in each epoch until it stops, so this overestimates jobs whose
-heads stop at different epochs; the closing line compares with the measured stage when
+Predicted stage time: per task, the cell's start-up (a subprocess importing the stage's modules),
+loading (data once, features once per encoder) and the jobs, ``probe.workers`` at a time in the
+runner's order, each its epochs and its end (the final scoring of every head). A job
+lasts until its last head stops, and a stopped head takes no more compute: with the epochs each
+head ran in a previous probe stage (its ``metrics.json`` files, ``--probes``, default
+``artifacts/probes``), epoch ``e`` costs the share of heads still training then; without records,
+every head runs ``--epochs``. The closing line compares with the measured stage when
 ``--measured`` (seconds) is given.
 
 Run: .venv/bin/python bench/probe.py [--features DIR] [--encoder trained] [--tasks upos ...]
@@ -28,6 +29,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -42,6 +45,7 @@ from elmolab.models.scalar_mix import FeatureMode
 from elmolab.params import compose_params
 from elmolab.probing.engine import (
     ArcProbes,
+    FitTrace,
     Head,
     HeadAdam,
     ProbeSettings,
@@ -72,18 +76,28 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def previous_epochs(probes: Path) -> dict[tuple[str, str, float], int]:
-    """(task, encoder, fraction) -> the most epochs any head of that job ran, from metrics.json."""
-    epochs: dict[tuple[str, str, float], int] = defaultdict(int)
+def previous_epochs(probes: Path) -> dict[tuple[str, str, float], list[int]]:
+    """(task, encoder, fraction) -> the epochs each head of that job ran, from metrics.json."""
+    epochs: dict[tuple[str, str, float], list[int]] = defaultdict(list)
     for path in probes.glob("*/*/*/seed*/**/metrics.json"):
         run = json.loads(path.read_text())
+        if run.get("same_features_as"):
+            continue  # a copy of another encoder's run, not trained
         key = (run["task"], run["encoder"], float(run.get("train_fraction", 1.0)))
-        epochs[key] = max(epochs[key], int(run["epochs"]))
+        epochs[key].append(int(run["epochs"]))
     return epochs
 
 
+def head_epochs(epochs: list[int]) -> float:
+    """A job's length in epochs of every head: a stopped head takes no more compute, so epoch e
+    costs the share of heads still training then (steps scale about with the active heads)."""
+    longest = max(epochs)
+    return sum(sum(e >= epoch for e in epochs) / len(epochs) for epoch in range(1, longest + 1))
+
+
 def job_epoch_seconds(kind: TaskKind, splits, labels, task, settings, heads, steps: int):
-    """One epoch of a job: (seconds of a training step, steps per epoch, dev evaluation)."""
+    """One epoch of a job: (seconds of a training step, steps per epoch, dev evaluation), and
+    the job's end: every head scored on dev and test and its results assembled."""
     if kind.is_tree:
         probes = (ArcProbes if kind is TaskKind.ARC else StructuralProbes)(heads, splits, settings)
     else:
@@ -105,7 +119,29 @@ def job_epoch_seconds(kind: TaskKind, splits, labels, task, settings, heads, ste
     started = time.perf_counter()
     with torch.no_grad():
         probes.evaluate("dev", active)
-    return statistics.median(times[1:] or times), len(epoch), time.perf_counter() - started
+    dev = time.perf_counter() - started
+    started = time.perf_counter()
+    empty = [[] for _ in heads]
+    probes.results(FitTrace(empty, [0] * len(heads), [False] * len(heads), 0.0))
+    return statistics.median(times[1:] or times), len(epoch), dev, time.perf_counter() - started
+
+
+def makespan(durations: list[float], workers: int) -> float:
+    """When the last of ``durations`` ends, each taken in order by the first free worker."""
+    free = [0.0] * workers
+    for duration in durations:
+        free[free.index(min(free))] += duration
+    return max(free)
+
+
+def startup_seconds() -> float:
+    """A cell process's start: the interpreter and the probe stage's imports."""
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-c", "import elmolab.probing.runner, elmolab.tracking, torchmetrics"],
+        check=True,
+    )
+    return time.perf_counter() - started
 
 
 def main() -> None:
@@ -138,6 +174,8 @@ def main() -> None:
         f" one thread per job, workers {settings.workers}"
     )
     print(f"epochs per job: {'from ' + args.probes if records else f'--epochs {args.epochs}'}")
+    startup = startup_seconds()
+    print(f"cell start-up (interpreter and imports): {startup:.1f} s")
     total = 0.0
     for name in args.tasks or grid.tasks:
         task_cfg = OmegaConf.load(CONF / "task" / f"{name}.yaml")
@@ -148,8 +186,8 @@ def main() -> None:
         if kind is TaskKind.WSD:
             started = time.perf_counter()
             with tempfile.TemporaryDirectory() as tmp:
-                run_cell(task, modes, catalog, one, [], Path(tmp) / name)
-            seconds = (time.perf_counter() - started) * len(encoders)
+                run_cell(task, modes, catalog, one, grid.seeds, Path(tmp) / name)
+            seconds = startup + (time.perf_counter() - started) * len(encoders)
             print(f"{name:13s} wsd 1-NN, every mode: {seconds:7.1f} s ({len(encoders)} encoders)")
             total += seconds
             continue
@@ -160,25 +198,28 @@ def main() -> None:
         data = splits[args.encoder]
         heads = [Head(FeatureMode(m), s) for m in modes for s in grid.seeds]
         fractions = [1.0, *settings.train_fractions] if kind is TaskKind.TOKEN else [1.0]
-        jobs = 0.0
+        durations: dict[tuple[float, str], float] = {}
         lines = []
         for fraction in fractions:
             train = data["train"]
             if fraction < 1.0:
                 subset = training_subset(len(train.sentence_lengths), fraction, settings)
                 train = train.subset(subset)
-            step, steps, dev = job_epoch_seconds(
+            step, steps, dev, end = job_epoch_seconds(
                 kind, {**data, "train": train}, labels, task, settings, heads, args.steps
             )
             epoch = step * steps + dev
             for encoder in encoders:
-                epochs = records.get((name, encoder, fraction), args.epochs)
-                jobs += epoch * epochs
+                recorded = records.get((name, encoder, fraction))
+                epochs = head_epochs(recorded) if recorded else args.epochs
+                durations[(fraction, encoder)] = epoch * epochs + end
             lines.append(
                 f"f={fraction:g}: step {step * 1e3:.1f} ms x {steps} + dev {dev:.1f} s"
-                f" = {epoch:.1f} s/epoch"
+                f" = {epoch:.1f} s/epoch, end {end:.1f} s"
             )
-        seconds = load * len(encoders) + jobs / settings.workers
+        # The runner's order: the big training sets first, encoder by encoder.
+        ordered = [durations[key] for key in sorted(durations, key=lambda k: -k[0])]
+        seconds = startup + load * len(encoders) + makespan(ordered, settings.workers)
         total += seconds
         print(f"{name:13s} {kind.value:10s} {len(heads)} heads; " + "; ".join(lines))
         print(f"{'':13s} load {load:.1f} s x {len(encoders)} encoders; stage share {seconds:.0f} s")
