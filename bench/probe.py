@@ -49,9 +49,10 @@ from elmolab.probing.engine import (
     Head,
     HeadAdam,
     ProbeSettings,
+    Schedule,
     StructuralProbes,
     TokenProbes,
-    _Schedule,
+    train_step,
 )
 from elmolab.probing.runner import (
     FeaturesConfig,
@@ -102,7 +103,7 @@ def job_epoch_seconds(kind: TaskKind, splits, labels, task, settings, heads, ste
         probes = (ArcProbes if kind is TaskKind.ARC else StructuralProbes)(heads, splits, settings)
     else:
         probes = TokenProbes(heads, splits, labels.vocabulary, task.metric, settings)
-    optimizer = HeadAdam(probes.parameter_groups(_Schedule.of(settings, kind.is_tree)), len(heads))
+    optimizer = HeadAdam(probes.parameter_groups(Schedule.of(settings, kind.is_tree)), len(heads))
     shuffles = [torch.Generator().manual_seed(seed) for seed in probes.seeds]
     active = torch.ones(len(heads), dtype=torch.bool)
     epoch = list(probes.epoch_steps(shuffles))
@@ -110,10 +111,7 @@ def job_epoch_seconds(kind: TaskKind, splits, labels, task, settings, heads, ste
     probes.train()
     for step in epoch[: steps + 1]:
         started = time.perf_counter()
-        total, _, _ = probes.step_loss(step, active)
-        optimizer.zero_grad()
-        total.backward()
-        optimizer.step()
+        train_step(probes, optimizer, step, active)
         times.append(time.perf_counter() - started)
     probes.eval()
     started = time.perf_counter()
@@ -192,9 +190,8 @@ def main() -> None:
             total += seconds
             continue
         started = time.perf_counter()
-        splits = load_splits(task, catalog, one)
+        splits, labels = load_splits(task, catalog, one)
         load = time.perf_counter() - started
-        labels = splits.pop("labels", None)
         data = splits[args.encoder]
         heads = [Head(FeatureMode(m), s) for m in modes for s in grid.seeds]
         fractions = [1.0, *settings.train_fractions] if kind is TaskKind.TOKEN else [1.0]

@@ -61,7 +61,6 @@ from elmolab.probing.trees import (
 )
 
 EVAL_TOKENS = 4096  # tokens (padded words for trees) per forward pass without gradients
-TREE_EVAL_TOKENS = 4096
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
 
@@ -143,7 +142,7 @@ class ProbeSettings:
 
 
 @dataclass(frozen=True)
-class _Schedule:
+class Schedule:
     """The optimisation of one probe kind, as ``probe`` (token, pair) or ``probe.tree`` set it."""
 
     lr: float
@@ -155,7 +154,7 @@ class _Schedule:
     min_delta: float
 
     @classmethod
-    def of(cls, settings: ProbeSettings, tree: bool) -> _Schedule:
+    def of(cls, settings: ProbeSettings, tree: bool) -> Schedule:
         if tree:
             t = settings.tree
             return cls(
@@ -486,7 +485,7 @@ class HeadProbes(nn.Module):
             root_vector = _Root(len(index), width, settings.root == "learned") if root else None
             self.parts.append(_Part(index, mix, probe, root_vector))
 
-    def parameter_groups(self, schedule: _Schedule) -> list[ParamGroup]:
+    def parameter_groups(self, schedule: Schedule) -> list[ParamGroup]:
         """Each parameter, its learning rate, weight decay and rows' heads (:class:`HeadAdam`)."""
         groups: list[ParamGroup] = []
         for part in self.parts:
@@ -581,7 +580,19 @@ class FitTrace:
     wall_seconds: float
 
 
-def fit_heads(probes: HeadProbes, schedule: _Schedule) -> FitTrace:
+def train_step(
+    probes: HeadProbes, optimizer: HeadAdam, step: object, active: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step of the ``active`` heads on ``step`` (a minibatch per seed): each head's
+    mean loss and items ``(H,)``."""
+    total, losses, counts = probes.step_loss(step, active)
+    optimizer.zero_grad()
+    total.backward()
+    optimizer.step()
+    return losses, counts
+
+
+def fit_heads(probes: HeadProbes, schedule: Schedule) -> FitTrace:
     """Train every head of ``probes`` until it stops (see the module docstring); leaves each head
     in its best state."""
     started = time.perf_counter()
@@ -600,10 +611,7 @@ def fit_heads(probes: HeadProbes, schedule: _Schedule) -> FitTrace:
         loss_sum = torch.zeros(heads, dtype=torch.float64)
         items = torch.zeros(heads, dtype=torch.float64)
         for step in probes.epoch_steps(shuffles):
-            total, losses, counts = probes.step_loss(step, active)
-            optimizer.zero_grad()
-            total.backward()
-            optimizer.step()
+            losses, counts = train_step(probes, optimizer, step, active)
             loss_sum += losses * counts
             items += counts
         probes.eval()
@@ -980,8 +988,8 @@ class _TreeProbes(HeadProbes):
         self.splits = splits
         self.plans = {
             "train": plan_batches(train.sentence_lengths, settings.tree.batch_tokens),
-            "dev": plan_batches(splits["dev"].sentence_lengths, TREE_EVAL_TOKENS),
-            "test": plan_batches(splits["test"].sentence_lengths, TREE_EVAL_TOKENS),
+            "dev": plan_batches(splits["dev"].sentence_lengths, EVAL_TOKENS),
+            "test": plan_batches(splits["test"].sentence_lengths, EVAL_TOKENS),
         }
 
     def epoch_steps(self, shuffles: Sequence[torch.Generator]) -> Iterator[list[int]]:
@@ -1235,5 +1243,5 @@ def train_heads(
         probes = StructuralProbes(heads, splits, settings)  # type: ignore[arg-type]
     else:
         raise ValueError(f"unknown probe kind {kind!r}")
-    fit = fit_heads(probes, _Schedule.of(settings, tree=kind in ("arc", "structural")))
+    fit = fit_heads(probes, Schedule.of(settings, tree=kind in ("arc", "structural")))
     return probes.results(fit)

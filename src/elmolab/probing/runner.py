@@ -55,6 +55,7 @@ from elmolab.probing.tasks import (
     SplitSource,
     TaskConfig,
     TaskKind,
+    TaskLabels,
     task_labels,
     tree_splits,
 )
@@ -173,7 +174,7 @@ def _probe_cell(
     start_run: RunStarter,
 ) -> list[dict[str, Any]]:
     """Token, pair and tree tasks: every job, ``settings.workers`` at a time, largest first."""
-    splits = load_splits(task, data, settings)
+    splits, labels = load_splits(task, data, settings)
     kind = TaskKind(task.kind)
     twins = _layer0_twins(settings) if FeatureMode.LAYER0.value in modes else {}
     fractions = [1.0, *settings.train_fractions] if kind is TaskKind.TOKEN else [1.0]
@@ -191,7 +192,6 @@ def _probe_cell(
             )
             if heads:
                 jobs.append(Job(encoder, fraction, heads))
-    labels = splits.pop("labels", None)
     fits = _run_jobs(
         [
             lambda job=job: _fit(task, kind, job, splits[job.encoder], labels, settings)
@@ -200,18 +200,7 @@ def _probe_cell(
         settings.workers,
     )
     results = []
-    for job, fit in zip(jobs, fits, strict=True):
-        train = splits[job.encoder]["train"]
-        if job.fraction < 1.0:
-            train = train.subset(
-                training_subset(len(train.sentence_lengths), job.fraction, settings)
-            )
-        counts = {
-            "n_train_tokens": int(train.features.shape[1]),
-            "n_dev_tokens": int(splits[job.encoder]["dev"].features.shape[1]),
-            "n_test_tokens": int(splits[job.encoder]["test"].features.shape[1]),
-            "n_train_sentences": len(train.sentence_lengths),
-        }
+    for job, (fit, counts) in zip(jobs, fits, strict=True):
         for result in fit:
             fields = {
                 "task": task.name,
@@ -239,17 +228,19 @@ def _probe_cell(
     )
 
 
-def load_splits(task: TaskConfig, data: DataCatalog, settings: ProbeSettings) -> dict[str, Any]:
-    """Every encoder's train, dev and test split of ``task`` (and, for token and pair tasks,
-    ``"labels"``: the task's labels), each split one contiguous array in its stored type."""
+def load_splits(
+    task: TaskConfig, data: DataCatalog, settings: ProbeSettings
+) -> tuple[dict[str, dict[str, Any]], TaskLabels | None]:
+    """Every encoder's train, dev and test split of ``task``, each one contiguous array in its
+    stored type, and (token and pair tasks) the task's labels."""
     sources = task_sources(task, data)
     kind = TaskKind(task.kind)
-    splits: dict[str, Any] = {}
+    splits: dict[str, dict[str, Any]] = {}
+    labels = None
     if kind.is_tree:
         trees = tree_splits(sources)
     else:
         labels = task_labels(task, sources)
-        splits["labels"] = labels
     for encoder in settings.encoders:
         encoder_dir = Path(settings.features_dir) / encoder
         splits[encoder] = {}
@@ -262,6 +253,7 @@ def load_splits(task: TaskConfig, data: DataCatalog, settings: ProbeSettings) ->
                     features, trees[role].heads, trees[role].punct, path=path
                 )
             else:
+                assert labels is not None
                 split = FeatureDataset.from_sentences(
                     features,
                     labels.labels[role],
@@ -269,7 +261,7 @@ def load_splits(task: TaskConfig, data: DataCatalog, settings: ProbeSettings) ->
                     path=path,
                 )
             splits[encoder][role] = split
-    return splits
+    return splits, labels
 
 
 def _fit(
@@ -277,9 +269,10 @@ def _fit(
     kind: TaskKind,
     job: Job,
     splits: dict[str, Any],
-    labels: Any,
+    labels: TaskLabels | None,
     settings: ProbeSettings,
-) -> list[ProbeResult]:
+) -> tuple[list[ProbeResult], dict[str, int]]:
+    """One job's results, and the counts of the splits it trained and scored on."""
     train = splits["train"]
     if job.fraction < 1.0:
         train = train.subset(training_subset(len(train.sentence_lengths), job.fraction, settings))
@@ -292,6 +285,8 @@ def _fit(
         metric=None if kind.is_tree else task.metric,
         vocabulary=None if labels is None else labels.vocabulary,
     )
+    counts = {f"n_{role}_tokens": int(fit_splits[role].features.shape[1]) for role in ROLES}
+    counts["n_train_sentences"] = len(train.sentence_lengths)
     for result in results:
         log.info(
             "%s/%s/%s/seed%d%s: dev %.4f, test %.4f (%s, best epoch %d of %d%s)",
@@ -307,7 +302,7 @@ def _fit(
             result.epochs,
             ", epoch cap" if result.hit_epoch_cap else "",
         )
-    return results
+    return results, counts
 
 
 def _write_run(
