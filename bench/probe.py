@@ -1,13 +1,15 @@
 """What the probe stage costs, task by task, from cached features (target: 20 minutes on 2 cores).
 
-The stage runs, per task, *jobs*: an encoder and a training set (the full split, or a learning-curve
-share for token tasks), each one fit of the probe engine with every feature mode and seed as heads.
+The stage runs, per task, *jobs* (``elmolab.probing.runner.plan_jobs``): an encoder and a training
+set (the full split, or a learning-curve share for token tasks), each one fit of the probe engine
+with every feature mode and seed as heads (pair and tree tasks: a job per seed).
 For every task of the grid this measures, on one encoder's real features, one thread, as a worker
 runs them:
 
 1. loading: the task's data and labels, and one encoder's three splits;
-2. per job kind (each training set): the time of a training step with every head active (the
-   median over ``--steps`` steps), times the steps of an epoch, plus one dev evaluation;
+2. per job kind (each training set and number of heads): the time of a training step with every
+   head active (the median over ``--steps`` steps), times the steps of an epoch, plus one dev
+   evaluation;
 3. wsd (1-NN, nothing trained): its whole cell on that one encoder.
 
 Predicted stage time: per task, the cell's start-up (a subprocess importing the stage's modules),
@@ -41,12 +43,10 @@ from omegaconf import OmegaConf
 
 from elmolab.config import section
 from elmolab.extract import ExtractConfig
-from elmolab.models.scalar_mix import FeatureMode
 from elmolab.params import compose_params
 from elmolab.probing.engine import (
     ArcProbes,
     FitTrace,
-    Head,
     HeadAdam,
     ProbeSettings,
     Schedule,
@@ -58,6 +58,7 @@ from elmolab.probing.runner import (
     FeaturesConfig,
     GridConfig,
     load_splits,
+    plan_jobs,
     run_cell,
     training_subset,
 )
@@ -77,15 +78,15 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def previous_epochs(probes: Path) -> dict[tuple[str, str, float], list[int]]:
-    """(task, encoder, fraction) -> the epochs each head of that job ran, from metrics.json."""
-    epochs: dict[tuple[str, str, float], list[int]] = defaultdict(list)
+def previous_epochs(probes: Path) -> dict[tuple[str, str, float, int], list[int]]:
+    """(task, encoder, fraction, seed) -> the epochs each head of those ran, from metrics.json."""
+    epochs: dict[tuple[str, str, float, int], list[int]] = defaultdict(list)
     for path in probes.glob("*/*/*/seed*/**/metrics.json"):
         run = json.loads(path.read_text())
         if run.get("same_features_as"):
             continue  # a copy of another encoder's run, not trained
-        key = (run["task"], run["encoder"], float(run.get("train_fraction", 1.0)))
-        epochs[key].append(int(run["epochs"]))
+        fraction = float(run.get("train_fraction", 1.0))
+        epochs[(run["task"], run["encoder"], fraction, int(run["seed"]))].append(int(run["epochs"]))
     return epochs
 
 
@@ -193,32 +194,39 @@ def main() -> None:
         splits, labels = load_splits(task, catalog, one)
         load = time.perf_counter() - started
         data = splits[args.encoder]
-        heads = [Head(FeatureMode(m), s) for m in modes for s in grid.seeds]
-        fractions = [1.0, *settings.train_fractions] if kind is TaskKind.TOKEN else [1.0]
-        durations: dict[tuple[float, str], float] = {}
+        jobs = plan_jobs(kind, grid.features, grid.seeds, settings)
+        measured: dict[
+            tuple[float, int], tuple[float, float]
+        ] = {}  # (fraction, heads) -> epoch, end
+        durations = []
         lines = []
-        for fraction in fractions:
-            train = data["train"]
-            if fraction < 1.0:
-                subset = training_subset(len(train.sentence_lengths), fraction, settings)
-                train = train.subset(subset)
-            step, steps, dev, end = job_epoch_seconds(
-                kind, {**data, "train": train}, labels, task, settings, heads, args.steps
-            )
-            epoch = step * steps + dev
-            for encoder in encoders:
-                recorded = records.get((name, encoder, fraction))
-                epochs = head_epochs(recorded) if recorded else args.epochs
-                durations[(fraction, encoder)] = epoch * epochs + end
-            lines.append(
-                f"f={fraction:g}: step {step * 1e3:.1f} ms x {steps} + dev {dev:.1f} s"
-                f" = {epoch:.1f} s/epoch, end {end:.1f} s"
-            )
-        # The runner's order: the big training sets first, encoder by encoder.
-        ordered = [durations[key] for key in sorted(durations, key=lambda k: -k[0])]
-        seconds = startup + load * len(encoders) + makespan(ordered, settings.workers)
+        for job in jobs:  # the runner's jobs, in its order
+            key = (job.fraction, len(job.heads))
+            if key not in measured:  # the cost of a job: its training set and number of heads
+                train = data["train"]
+                if job.fraction < 1.0:
+                    subset = training_subset(len(train.sentence_lengths), job.fraction, settings)
+                    train = train.subset(subset)
+                step, steps, dev, end = job_epoch_seconds(
+                    kind, {**data, "train": train}, labels, task, settings, job.heads, args.steps
+                )
+                measured[key] = (step * steps + dev, end)
+                lines.append(
+                    f"f={job.fraction:g}, {len(job.heads)} heads:"
+                    f" step {step * 1e3:.1f} ms x {steps} + dev {dev:.1f} s"
+                    f" = {step * steps + dev:.1f} s/epoch, end {end:.1f} s"
+                )
+            epoch, end = measured[key]
+            recorded = [
+                e
+                for seed in sorted({head.seed for head in job.heads})
+                for e in records.get((name, job.encoder, job.fraction, seed), [])
+            ]
+            epochs = head_epochs(recorded) if recorded else args.epochs
+            durations.append(epoch * epochs + end)
+        seconds = startup + load * len(encoders) + makespan(durations, settings.workers)
         total += seconds
-        print(f"{name:13s} {kind.value:10s} {len(heads)} heads; " + "; ".join(lines))
+        print(f"{name:13s} {kind.value:10s} {len(jobs)} jobs; " + "; ".join(lines))
         print(f"{'':13s} load {load:.1f} s x {len(encoders)} encoders; stage share {seconds:.0f} s")
     print(f"predicted probe stage: {total / 60:.1f} min")
     if args.measured:

@@ -17,8 +17,10 @@ from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing.datasets import TreeDataset
 from elmolab.probing.engine import Head, ProbeResult, train_heads
 from elmolab.probing.trees import (
+    GoldTrees,
     distance_spearman,
     minimum_spanning_tree,
+    minimum_spanning_trees,
     padded_batches,
     plan_batches,
     spanning_tree_edges,
@@ -168,6 +170,61 @@ def test_spanning_tree_breaks_ties_by_lowest_index() -> None:
     assert minimum_spanning_tree(np.zeros((1, 1))) == []
     with pytest.raises(ValueError, match="finite square"):
         minimum_spanning_tree(np.full((2, 2), np.inf))
+
+
+def _prim(distances: np.ndarray) -> list[tuple[int, int]]:
+    """A plain one-graph Prim, the reference: grows from word 0, ties to the lowest index."""
+    n = len(distances)
+    symmetric = np.triu(distances, 1) + np.triu(distances, 1).T
+    in_tree, edges = {0}, []
+    while len(in_tree) < n:
+        best = None
+        for j in range(n):  # the lowest-indexed nearest outside word ...
+            if j in in_tree:
+                continue
+            near = min(symmetric[i, j] for i in in_tree)
+            if best is None or near < best[0]:
+                best = (near, j)
+        near, j = best
+        i = min(i for i in in_tree if symmetric[i, j] == near)  # ... to its lowest tree word
+        edges.append((min(i, j), max(i, j)))
+        in_tree.add(j)
+    return edges
+
+
+def test_spanning_trees_side_by_side_equal_one_graph_prim() -> None:
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 3, 7, 12):
+        k = 9
+        # Small integers: many ties, which the order of Prim's choices must break alike.
+        distances = rng.integers(0, 4, size=(k, n, n)).astype(np.float32)
+        keep = rng.random((k, n)) < 0.7
+        found = minimum_spanning_trees(distances, keep)
+        for graph in range(k):
+            kept = np.flatnonzero(keep[graph])
+            sub = distances[graph][np.ix_(kept, kept)]
+            expected = [(int(kept[i]), int(kept[j])) for i, j in _prim(sub)] if len(kept) else []
+            assert found[graph] == expected
+    # Left-out words may hold anything, kept pairs must be finite.
+    distances = np.full((1, 3, 3), np.nan)
+    distances[0, 0, 2] = 1.0
+    assert minimum_spanning_trees(distances, np.array([[True, False, True]])) == [[(0, 2)]]
+    with pytest.raises(ValueError, match="finite"):
+        minimum_spanning_trees(distances, np.ones((1, 3), dtype=bool))
+
+
+def test_gold_trees_score_each_sentence_as_alone() -> None:
+    rng = np.random.default_rng(4)
+    gold = [tree_distances(_random_heads(rng, n)) for n in (5, 7, 5, 9, 2, 7)]
+    punct = [rng.random(len(d)) < 0.2 for d in gold]
+    predicted = [d + rng.normal(scale=1.5, size=d.shape) for d in gold]
+    report = GoldTrees(gold, punct).uuas(predicted)
+    for s in range(len(gold)):
+        alone = uuas([predicted[s]], [gold[s]], [punct[s]])
+        assert (report.correct[s], report.total[s]) == (alone.correct[0], alone.total[0])
+        assert report.predicted_edges[s] == alone.predicted_edges[0]
+    with pytest.raises(ValueError, match="sentence 1: predicted distances"):
+        GoldTrees(gold, punct).uuas([predicted[0], predicted[0], *predicted[2:]])
 
 
 def test_uuas_of_a_hand_made_case_is_micro_averaged() -> None:

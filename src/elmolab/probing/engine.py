@@ -8,8 +8,8 @@ them with its own parameters, stacked along a leading head axis (``bmm``), and t
 of the heads' losses. Nothing couples two heads: a head's gradient is that of its own loss, the
 optimizer (:class:`HeadAdam`) works element by element with a learning rate per head, and each head
 draws its initialisation and dropout from a generator of its own. A head thus trains exactly as it
-would alone, up to rounding (``tests/test_probe_engine.py`` checks it), at a fraction of the
-per-step overhead of separate runs.
+would alone, up to rounding (``tests/test_probes.py`` and ``tests/test_trees.py`` check it), at a
+fraction of the per-step overhead of separate runs.
 
 Every trained probe kind runs through :func:`fit_heads`, one loop with one early-stopping rule:
 
@@ -52,14 +52,9 @@ from elmolab.errors import ElmolabError
 from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
 from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score, untyped_span_f1
-from elmolab.probing.trees import (
-    SentenceBatch,
-    distance_spearman,
-    plan_batches,
-    tree_distances,
-    uuas,
-)
+from elmolab.probing.trees import GoldTrees, SentenceBatch, plan_batches, tree_distances
 
+EVAL_ROLES = ("dev", "test")
 EVAL_TOKENS = 4096  # tokens (padded words for trees) per forward pass without gradients
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
@@ -262,8 +257,23 @@ def _uniform(generators: Sequence[torch.Generator], shape: tuple[int, ...], boun
     return torch.stack([(torch.rand(shape, generator=g) * 2 - 1) * bound for g in generators])
 
 
+def _take(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``values[index]`` along axis 0; ``values`` itself (no copy) when ``index`` is every row in
+    order, as when every head of a part is active."""
+    if len(index) == len(values) and bool((index == torch.arange(len(values))).all()):
+        return values
+    return values.index_select(0, index)
+
+
+# A head's input: one tensor ``(h, N, d)``, or blocks ``(h, N, d_k)`` that side by side are it.
+Blocks = torch.Tensor | Sequence[torch.Tensor]
+
+
 class HeadLinear(nn.Module):
-    """A linear map per head, initialised as ``nn.Linear``: ``(h, N, d_in) -> (h, N, d_out)``."""
+    """A linear map per head, initialised as ``nn.Linear``: ``(h, N, d_in) -> (h, N, d_out)``.
+
+    The input may come as blocks (its columns in pieces, e.g. each layer of a concatenation):
+    each block meets its slice of the weight, so the whole input is never copied together."""
 
     def __init__(self, generators: Sequence[torch.Generator], d_in: int, d_out: int) -> None:
         super().__init__()
@@ -271,9 +281,17 @@ class HeadLinear(nn.Module):
         self.weight = nn.Parameter(_uniform(generators, (d_out, d_in), bound))
         self.bias = nn.Parameter(_uniform(generators, (d_out,), bound))
 
-    def forward(self, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
-        weight, bias = self.weight[heads], self.bias[heads]  # (h, d_out, d_in), (h, d_out)
-        return torch.baddbmm(bias[:, None, :], x, weight.transpose(1, 2))  # (h, N, d_out)
+    def forward(self, x: Blocks, heads: torch.Tensor) -> torch.Tensor:
+        blocks = [x] if isinstance(x, torch.Tensor) else list(x)
+        weight, bias = _take(self.weight, heads), _take(self.bias, heads)
+        if sum(block.shape[-1] for block in blocks) != weight.shape[-1]:
+            raise ValueError(f"inputs of width {weight.shape[-1]} expected")
+        out, start = bias[:, None, :], 0
+        for block in blocks:
+            part = weight[:, :, start : start + block.shape[-1]]  # (h, d_out, d_k)
+            out = torch.baddbmm(out, block, part.transpose(1, 2))  # (h, N, d_out)
+            start += block.shape[-1]
+        return out
 
 
 class HeadClassifier(nn.Module):
@@ -298,7 +316,7 @@ class HeadClassifier(nn.Module):
             d_in = hidden_dim
         self.output = HeadLinear(generators, d_in, labels)
 
-    def forward(self, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Blocks, heads: torch.Tensor) -> torch.Tensor:
         if self.hidden is not None:
             x = torch.relu(self.hidden(x, heads))  # (h, N, hidden)
             if self.training and self.dropout > 0:
@@ -349,30 +367,15 @@ class HeadMix(nn.Module):
         """``x``: ``(num_layers, G, *N, dim)``, minibatch ``g`` for heads of group ``g``;
         ``groups`` ``(h,)`` each head's minibatch -> ``(h, *N, dim)``.
 
-        A fixed mix is read off (one layer) or averaged without a graph; the learned mixes are
-        one matrix product over every (layer, minibatch) pair."""
+        Every mix, fixed or learned, is one matrix product over the (layer, minibatch) pairs: a
+        weight per head and pair, zero where the head does not read the minibatch (a one-hot mix
+        reads its layer exactly)."""
         layers, group_count = x.shape[:2]
-        learned = self.learned[heads]
-        out = x.new_empty(len(heads), *x.shape[2:])
-        frozen = torch.nonzero(~learned).flatten()
-        if len(frozen):
-            weights = self.fixed[heads[frozen]]  # (f, layers)
-            one_hot = weights.max(dim=1).values == 1.0
-            rows = frozen[one_hot]
-            if len(rows):
-                out[rows] = x[weights[one_hot].argmax(dim=1), groups[rows]]
-            rows = frozen[~one_hot]
-            if len(rows):
-                shape = (layers, len(rows), *[1] * (x.dim() - 2))
-                out[rows] = (weights[~one_hot].T.reshape(shape) * x[:, groups[rows]]).sum(dim=0)
-        trained = torch.nonzero(learned).flatten()
-        if len(trained):
-            s = self.weights(heads[trained])  # (t, layers)
-            select = F.one_hot(groups[trained], group_count).to(s.dtype)  # (t, G)
-            m = (s[:, :, None] * select[:, None, :]).reshape(len(trained), layers * group_count)
-            mixed = (m @ x.reshape(layers * group_count, -1)).view(len(trained), *x.shape[2:])
-            out = out.index_put((trained,), mixed)
-        return out
+        # (h, layers); only learned mixes put a graph behind the product
+        s = self.weights(heads) if bool(self.learned[heads].any()) else self.fixed[heads]
+        select = F.one_hot(groups, group_count).to(s.dtype)  # (h, G)
+        m = (s[:, :, None] * select[:, None, :]).reshape(len(heads), layers * group_count)
+        return (m @ x.reshape(layers * group_count, -1)).view(len(heads), *x.shape[2:])
 
     def summary(self, head: int) -> tuple[list[float], float]:
         """The normalized weights and gamma of one head, as plain numbers."""
@@ -763,32 +766,43 @@ class TokenProbes(HeadProbes):
         groups: torch.Tensor,
         local: torch.Tensor,
     ) -> torch.Tensor:
-        inputs = self.inputs(part, x, groups, local)  # (h, N, width)
+        # The heads' inputs as blocks (h, N, dim): a concatenation's layers are never copied
+        # side by side, each meets its slice of the probe's first weight.
+        if part.mix is None:
+            blocks = [_take(layer, groups) for layer in x]
+        else:
+            blocks = [self.inputs(part, x, groups, local)]
         if not self.pair:
-            return part.probe(inputs, local)  # (h, B, labels)
+            return part.probe(blocks, local)  # (h, B, labels)
         assert is_root is not None and part.root is not None
-        dep, head = inputs.chunk(2, dim=1)  # (h, B, width) each
-        root = part.root.vector[local]  # (h, width)
-        if not (root.requires_grad and torch.is_grad_enabled()) or inputs.requires_grad:
-            head = torch.where(is_root[groups][..., None], root[:, None, :], head)
-            return part.probe(torch.cat([dep, head, dep * head], dim=-1), local)
+        # [dep; head; dep * head], each as wide as the heads' input
+        deps, heads = zip(*(block.chunk(2, dim=1) for block in blocks), strict=True)
+        roots = part.root.vector[local].split([block.shape[-1] for block in blocks], dim=-1)
+        if not (roots[0].requires_grad and torch.is_grad_enabled()) or blocks[0].requires_grad:
+            root_rows = is_root[groups][..., None]  # (h, B, 1)
+            heads = tuple(
+                torch.where(root_rows, root[:, None, :], head)
+                for root, head in zip(roots, heads, strict=True)
+            )
+            return part.probe(_pair_blocks(deps, heads), local)
         # Only the root rows (a few per cent) carry a gradient to the inputs, to the learned root
         # vector: every row is classified with the features' head (no input gradient, so the
         # backward pass skips a third of its work), then the root rows again, with the root.
-        logits = part.probe(torch.cat([dep, head, dep * head], dim=-1), local)
+        logits = part.probe(_pair_blocks(deps, heads), local)
         # Minibatch by minibatch, so that no product's shape depends on another seed's batch
         # (which would change its rounding, and Adam turns rounding into steps).
         for group, mask in enumerate(is_root):
             rows = torch.nonzero(mask).flatten()  # (r,)
-            heads = torch.nonzero(groups == group).flatten()  # (g,) the group's heads here
-            if not len(rows) or not len(heads):
+            members = torch.nonzero(groups == group).flatten()  # (g,) the group's heads here
+            if not len(rows) or not len(members):
                 continue
-            dep_rows = dep[heads][:, rows]  # (g, r, width)
-            root_rows = root[heads][:, None, :].expand_as(dep_rows)
-            root_logits = part.probe(
-                torch.cat([dep_rows, root_rows, dep_rows * root_rows], dim=-1), local[heads]
-            )  # (g, r, labels)
-            logits = logits.index_put((heads[:, None], rows[None, :]), root_logits)
+            dep_rows = [dep[members][:, rows] for dep in deps]  # (g, r, dim) each
+            root_rows = [
+                root[members][:, None, :].expand_as(dep)
+                for root, dep in zip(roots, dep_rows, strict=True)
+            ]
+            root_logits = part.probe(_pair_blocks(dep_rows, root_rows), local[members])
+            logits = logits.index_put((members[:, None], rows[None, :]), root_logits)
         return logits
 
     def step_loss(self, step: list[torch.Tensor], active: torch.Tensor) -> StepLoss:
@@ -876,6 +890,11 @@ class TokenProbes(HeadProbes):
         )
 
 
+def _pair_blocks(deps: Sequence[torch.Tensor], heads: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """A pair probe's input ``[dep; head; dep * head]`` as blocks (each side itself in blocks)."""
+    return [*deps, *heads, *(dep * head for dep, head in zip(deps, heads, strict=True))]
+
+
 def _rows(features: torch.Tensor, rows: torch.Tensor, groups: int) -> torch.Tensor:
     """``features[:, rows]`` as float32 ``(num_layers, groups, len(rows) // groups, dim)``."""
     gathered = features.index_select(1, rows).float()  # (num_layers, rows, dim)
@@ -898,7 +917,7 @@ def _eval_losses(
 
 def _check_widths(splits: dict[str, FeatureDataset] | dict[str, TreeDataset]) -> None:
     train = splits["train"]
-    for name in ("dev", "test"):
+    for name in EVAL_ROLES:
         split = splits[name]
         if (split.num_layers, split.dim) != (train.num_layers, train.dim):
             raise ValueError(
@@ -915,7 +934,7 @@ def _check_token_splits(splits: dict[str, FeatureDataset], vocabulary: LabelVoca
             f" {vocabulary.num_train_labels} train labels of the vocabulary"
         )
     _check_widths(splits)
-    for name in ("dev", "test"):
+    for name in EVAL_ROLES:
         split = splits[name]
         if (split.heads is None) != (train.heads is None):
             raise ValueError(f"heads in only one of train and {name}")
@@ -1134,6 +1153,10 @@ class StructuralProbes(_TreeProbes):
         self.targets = {
             role: _padded_distances(self.gold[role], self.plans[role]) for role in splits
         }
+        # What scoring every head against dev and test needs of the gold trees, computed once.
+        self.scorers = {
+            role: GoldTrees(self.gold[role], splits[role].sentence_punct()) for role in EVAL_ROLES
+        }
 
     def _batch_losses(self, part, mixed, batch, number, local) -> tuple[torch.Tensor, int]:
         predicted = part.probe(mixed, local)  # (h, b, n, n)
@@ -1169,10 +1192,8 @@ class StructuralProbes(_TreeProbes):
         dev, test = self.final_evaluations(distances=True)
         results = []
         for h in range(len(self.heads)):
-            dev_uuas = uuas(dev.predicted[h], self.gold["dev"], self.splits["dev"].sentence_punct())
-            test_uuas = uuas(
-                test.predicted[h], self.gold["test"], self.splits["test"].sentence_punct()
-            )
+            dev_uuas = self.scorers["dev"].uuas(dev.predicted[h])
+            test_uuas = self.scorers["test"].uuas(test.predicted[h])
             results.append(
                 _result(
                     self,
@@ -1184,8 +1205,8 @@ class StructuralProbes(_TreeProbes):
                     [[f"{i + 1}-{j + 1}" for i, j in edges] for edges in test_uuas.predicted_edges],
                     {"correct": test_uuas.correct, "total": test_uuas.total},
                     {
-                        "dev_dspr": distance_spearman(dev.predicted[h], self.gold["dev"]),
-                        "test_dspr": distance_spearman(test.predicted[h], self.gold["test"]),
+                        "dev_dspr": self.scorers["dev"].spearman(dev.predicted[h]),
+                        "test_dspr": self.scorers["test"].spearman(test.predicted[h]),
                     },
                 )
             )

@@ -177,21 +177,7 @@ def _probe_cell(
     splits, labels = load_splits(task, data, settings)
     kind = TaskKind(task.kind)
     twins = _layer0_twins(settings) if FeatureMode.LAYER0.value in modes else {}
-    fractions = [1.0, *settings.train_fractions] if kind is TaskKind.TOKEN else [1.0]
-    for fraction in fractions:
-        if not 0.0 < fraction <= 1.0:
-            raise ElmolabError(f"probe.train_fractions: {fraction} is not in (0, 1]")
-    jobs = []
-    for fraction in sorted(set(fractions), reverse=True):  # the big fits first
-        for encoder in settings.encoders:
-            heads = tuple(
-                Head(FeatureMode(mode), seed)
-                for mode in modes
-                if not (mode == FeatureMode.LAYER0.value and encoder in twins)
-                for seed in seeds
-            )
-            if heads:
-                jobs.append(Job(encoder, fraction, heads))
+    jobs = plan_jobs(kind, modes, seeds, settings)
     fits = _run_jobs(
         [
             lambda job=job: _fit(task, kind, job, splits[job.encoder], labels, settings)
@@ -226,6 +212,39 @@ def _probe_cell(
             -m["train_fraction"],
         ),
     )
+
+
+def plan_jobs(
+    kind: TaskKind, modes: Sequence[str], seeds: Sequence[int], settings: ProbeSettings
+) -> list[Job]:
+    """The jobs of a cell, the big ones first: per training set (token tasks: the full one and
+    each learning-curve share) and encoder, one fit of every mode and seed (but ``layer0`` of an
+    encoder whose token layer is another's: that one's runs are copied).
+
+    A cell without learning-curve jobs (pair and tree tasks) splits each fit by seed: three
+    encoders' fits on two workers leave one worker idle for a third of the cell, nine fits of a
+    seed each keep both busy. Heads are independent, so the split changes no result; in a token
+    cell the small learning-curve fits fill the gaps instead, and its bigger fits amortize a
+    step's overhead over more heads."""
+    twins = _layer0_twins(settings) if FeatureMode.LAYER0.value in modes else {}
+    fractions = [1.0, *settings.train_fractions] if kind is TaskKind.TOKEN else [1.0]
+    for fraction in fractions:
+        if not 0.0 < fraction <= 1.0:
+            raise ElmolabError(f"probe.train_fractions: {fraction} is not in (0, 1]")
+    by_seed = set(fractions) == {1.0} and settings.workers > 1
+    jobs = []
+    for fraction in sorted(set(fractions), reverse=True):
+        for encoder in settings.encoders:
+            for shard in [[seed] for seed in seeds] if by_seed else [list(seeds)]:
+                heads = tuple(
+                    Head(FeatureMode(mode), seed)
+                    for mode in modes
+                    if not (mode == FeatureMode.LAYER0.value and encoder in twins)
+                    for seed in shard
+                )
+                if heads:
+                    jobs.append(Job(encoder, fraction, heads))
+    return jobs
 
 
 def load_splits(

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -125,48 +126,61 @@ def tree_distances(heads: Sequence[int] | np.ndarray) -> np.ndarray:
     return (depth[:, None] + depth[None, :] - 2 * common).round().astype(np.int64)  # (n, n)
 
 
-def minimum_spanning_tree(distances: np.ndarray) -> list[tuple[int, int]]:
-    """Prim's minimum spanning tree of a complete graph: ``(n, n)`` -> ``n - 1`` edges ``(i, j)``.
+def minimum_spanning_trees(distances: np.ndarray, keep: np.ndarray) -> list[list[tuple[int, int]]]:
+    """Prim's minimum spanning tree over the kept words of each of ``k`` complete graphs.
 
-    Edges are 0-based with ``i < j``, in the order Prim adds them. ``distances`` should be
-    symmetric and finite; only its upper triangle is read. Ties go to the lowest index: the tree
-    grows from word 0, adds the lowest-indexed of the nearest outside words, and links it to the
-    lowest-indexed of its nearest tree words. ``O(n^2)``.
+    ``distances`` ``(k, n, n)``, ``keep`` ``(k, n)`` bool -> per graph its edges ``(i, j)``,
+    ``i < j``, indexing all ``n`` words, in the order Prim adds them (none for fewer than 2 kept
+    words). Only the upper triangle is read; kept pairs must be finite. Ties go to the lowest
+    index: a tree grows from its first kept word, adds the lowest-indexed of the nearest outside
+    words and links it to the lowest-indexed of its nearest tree words. The ``k`` graphs grow side
+    by side, one word each per step: ``O(n^2)`` array work per step for all of them.
     """
-    n = distances.shape[0]
-    if distances.shape != (n, n) or not np.isfinite(distances).all():
-        raise ValueError(f"expected a finite square matrix, got shape {distances.shape}")
-    if n < 2:
-        return []
-    upper = np.triu(distances, 1)
-    symmetric = (upper + upper.T).astype(np.float64)  # (n, n)
-    in_tree = np.zeros(n, dtype=bool)  # (n,)
-    in_tree[0] = True
-    nearest = symmetric[0].copy()  # (n,) each word's distance to the tree
-    link = np.zeros(n, dtype=np.int64)  # (n,) its nearest tree word
-    edges = []
-    for _ in range(n - 1):
-        word = int(np.argmin(np.where(in_tree, np.inf, nearest)))
-        edges.append((min(word, int(link[word])), max(word, int(link[word]))))
-        in_tree[word] = True
-        row = symmetric[word]  # (n,)
-        closer = ~in_tree & ((row < nearest) | ((row == nearest) & (word < link)))  # (n,)
+    k, n = keep.shape
+    if distances.shape != (k, n, n):
+        raise ValueError(f"expected distances of shape {(k, n, n)}, got {distances.shape}")
+    pairs = keep[:, :, None] & keep[:, None, :] & np.triu(np.ones((n, n), dtype=bool), 1)
+    if not np.isfinite(distances[pairs]).all():  # pairs: (k, n, n), the kept upper triangle
+        raise ValueError("distances between kept words must be finite")
+    edges: list[list[tuple[int, int]]] = [[] for _ in range(k)]
+    if n < 2 or k == 0:
+        return edges
+    upper = np.where(pairs, distances, 0.0)  # left-out words: never read
+    symmetric = (upper + upper.transpose(0, 2, 1)).astype(np.float64)  # (k, n, n)
+    graphs = np.arange(k)
+    sizes = keep.sum(axis=1)  # (k,)
+    start = keep.argmax(axis=1)  # (k,) the first kept word
+    in_tree = ~keep  # (k, n) left-out words never join
+    in_tree[graphs, start] = True
+    nearest = symmetric[graphs, start]  # (k, n) each word's distance to its tree
+    link = np.repeat(start[:, None], n, axis=1)  # (k, n) its nearest tree word
+    for step in range(int(sizes.max()) - 1):
+        growing = sizes - 1 > step  # (k,)
+        word = np.argmin(np.where(in_tree, np.inf, nearest), axis=1)  # (k,)
+        linked = link[graphs, word]  # (k,)
+        for g in np.flatnonzero(growing).tolist():
+            a, b = int(word[g]), int(linked[g])
+            edges[g].append((min(a, b), max(a, b)))
+        in_tree[graphs[growing], word[growing]] = True
+        row = symmetric[graphs, word]  # (k, n)
+        closer = ~in_tree & ((row < nearest) | ((row == nearest) & (word[:, None] < link)))
+        closer &= growing[:, None]
         nearest = np.where(closer, row, nearest)
-        link = np.where(closer, word, link)
+        link = np.where(closer, word[:, None], link)
     return edges
 
 
-def spanning_tree_edges(distances: np.ndarray, keep: np.ndarray) -> list[tuple[int, int]]:
-    """The minimum spanning tree over the words where ``keep`` ``(n,)`` is True.
+def minimum_spanning_tree(distances: np.ndarray) -> list[tuple[int, int]]:
+    """Prim's minimum spanning tree of one complete graph: ``(n, n)`` -> ``n - 1`` edges."""
+    n = distances.shape[0]
+    if distances.shape != (n, n) or not np.isfinite(distances).all():
+        raise ValueError(f"expected a finite square matrix, got shape {distances.shape}")
+    return minimum_spanning_trees(distances[None], np.ones((1, n), dtype=bool))[0]
 
-    Edges ``(i, j)`` index the whole sentence (0-based, ``i < j``); fewer than 2 kept words give
-    no edges.
-    """
-    kept = np.flatnonzero(keep)  # (k,) ascending, so i < j survives the mapping
-    return [
-        (int(kept[i]), int(kept[j]))
-        for i, j in minimum_spanning_tree(distances[np.ix_(kept, kept)])
-    ]
+
+def spanning_tree_edges(distances: np.ndarray, keep: np.ndarray) -> list[tuple[int, int]]:
+    """The minimum spanning tree over the words where ``keep`` ``(n,)`` is True."""
+    return minimum_spanning_trees(distances[None], np.asarray(keep, dtype=bool)[None])[0]
 
 
 @dataclass(frozen=True)
@@ -179,31 +193,110 @@ class UuasReport:
     predicted_edges: list[list[tuple[int, int]]]  # per sentence, sorted, 0-based, i < j
 
 
+class GoldTrees:
+    """A split's gold trees, scoring predicted distances as H&M's reporter (:meth:`uuas`,
+    :meth:`spearman`). What the gold side of a score needs (its spanning-tree edges, its centred
+    distance ranks) is computed once, for every probe scored against the split; sentences of
+    one length are scored together.
+
+    ``distances``: per sentence the gold tree distances ``(n, n)``; ``punct``: per sentence
+    ``(n,)`` bool, True at punctuation (left out of UUAS); DSpr averages over sentences of
+    ``lengths`` words.
+    """
+
+    def __init__(
+        self,
+        distances: Sequence[np.ndarray],
+        punct: Sequence[np.ndarray],
+        lengths: tuple[int, int] = DSPR_LENGTHS,
+    ) -> None:
+        if len(distances) != len(punct):
+            raise ValueError(f"{len(distances)} gold trees, {len(punct)} punctuation masks")
+        self.distances = list(distances)
+        self.keep = [~np.asarray(is_punct, dtype=bool) for is_punct in punct]
+        self.lengths = lengths
+        self.by_length: dict[int, list[int]] = defaultdict(list)  # sentence numbers per length
+        for number, matrix in enumerate(self.distances):
+            self.by_length[len(matrix)].append(number)
+
+    @cached_property
+    def edges(self) -> list[set[tuple[int, int]]]:
+        """Per sentence the gold edges among its non-punctuation words (the gold arcs when
+        punctuation words are leaves)."""
+        return [set(edges) for edges in self._spanning_trees(self.distances)]
+
+    @cached_property
+    def ranks(self) -> dict[int, np.ndarray]:
+        """Per sentence length in DSpr's range: the centred gold ranks of every word's row of
+        distances, the sentences of that length stacked: ``(sentences * n, n)``."""
+        return {
+            n: _centered_ranks(np.stack([self.distances[s] for s in numbers]).reshape(-1, n))
+            for n, numbers in self.by_length.items()
+            if self.lengths[0] <= n <= self.lengths[1]
+        }
+
+    def _stacked(self, matrices: Sequence[np.ndarray], numbers: list[int], n: int) -> np.ndarray:
+        stacked = [np.asarray(matrices[s]) for s in numbers]
+        for s, matrix in zip(numbers, stacked, strict=True):
+            if matrix.shape != (n, n):
+                raise ValueError(f"sentence {s}: predicted distances {matrix.shape}, gold {(n, n)}")
+        return np.stack(stacked)  # (k, n, n)
+
+    def _spanning_trees(self, matrices: Sequence[np.ndarray]) -> list[list[tuple[int, int]]]:
+        trees: list[list[tuple[int, int]]] = [[] for _ in matrices]
+        for n, numbers in self.by_length.items():
+            keep = np.stack([self.keep[s] for s in numbers])
+            found = minimum_spanning_trees(self._stacked(matrices, numbers, n), keep)
+            for s, edges in zip(numbers, found, strict=True):
+                trees[s] = sorted(edges)
+        return trees
+
+    def uuas(self, predicted: Sequence[np.ndarray]) -> UuasReport:
+        """Undirected unlabelled attachment score of the predicted distances.
+
+        Per sentence, among its non-punctuation words, the predicted edges are the minimum
+        spanning tree of the predicted distances ``(n, n)`` and the gold edges that of the gold
+        tree distances; edges are undirected. Sentences with fewer than 2 non-punctuation words
+        have no edges.
+        """
+        if len(predicted) != len(self.distances):
+            raise ValueError(f"{len(predicted)} predicted, {len(self.distances)} gold")
+        predicted_edges = self._spanning_trees(predicted)
+        correct = [
+            sum(edge in gold for edge in edges)
+            for edges, gold in zip(predicted_edges, self.edges, strict=True)
+        ]
+        total = [len(gold) for gold in self.edges]
+        score = sum(correct) / sum(total) if sum(total) else float("nan")
+        return UuasReport(score, correct, total, predicted_edges)
+
+    def spearman(self, predicted: Sequence[np.ndarray]) -> float:
+        """DSpr, H&M's distance Spearman: a macro average over sentence lengths.
+
+        For each sentence in the length range (all words), each word's row of predicted
+        distances ``(n,)`` is rank-correlated (Spearman, average ranks for ties) with its row of
+        gold distances; these are averaged over the words of all sentences of one length, and the
+        per-length means averaged over the lengths present. A constant row, whose correlation is
+        undefined, counts as 0. NaN when no sentence has a length in range.
+        """
+        if len(predicted) != len(self.distances):
+            raise ValueError(f"{len(predicted)} predicted, {len(self.distances)} gold")
+        means = []
+        for n in sorted(self.ranks):
+            rows = self._stacked(predicted, self.by_length[n], n).reshape(-1, n)
+            means.append(_correlation(_centered_ranks(rows), self.ranks[n]).mean())
+        return float(np.mean(means)) if means else float("nan")
+
+
 def uuas(
     predicted: Sequence[np.ndarray],
     gold: Sequence[np.ndarray],
     punct: Sequence[np.ndarray],
 ) -> UuasReport:
-    """Undirected unlabelled attachment score of the predicted distances, as H&M's reporter.
-
-    Per sentence, among its non-punctuation words (``punct[s]`` ``(n,)`` False), the predicted
-    edges are the minimum spanning tree of the predicted distances ``(n, n)`` and the gold edges
-    that of the gold tree distances ``(n, n)`` (the gold arcs between those words when
-    punctuation words are leaves); edges are undirected. Sentences with fewer than 2
-    non-punctuation words have no edges.
-    """
+    """UUAS of predicted distances against gold tree distances (:meth:`GoldTrees.uuas`)."""
     if not len(predicted) == len(gold) == len(punct):
         raise ValueError(f"{len(predicted)} predicted, {len(gold)} gold, {len(punct)} punct")
-    correct, total, predicted_edges = [], [], []
-    for predicted_distances, gold_distances, is_punct in zip(predicted, gold, punct, strict=True):
-        keep = ~np.asarray(is_punct, dtype=bool)  # (n,)
-        edges = sorted(spanning_tree_edges(predicted_distances, keep))
-        gold_edges = set(spanning_tree_edges(gold_distances, keep))
-        correct.append(sum(edge in gold_edges for edge in edges))
-        total.append(len(gold_edges))
-        predicted_edges.append(edges)
-    score = sum(correct) / sum(total) if sum(total) else float("nan")
-    return UuasReport(score, correct, total, predicted_edges)
+    return GoldTrees(gold, punct).uuas(predicted)
 
 
 def distance_spearman(
@@ -211,28 +304,20 @@ def distance_spearman(
     gold: Sequence[np.ndarray],
     lengths: tuple[int, int] = DSPR_LENGTHS,
 ) -> float:
-    """DSpr, H&M's distance Spearman: a macro average over sentence lengths.
-
-    For each sentence of ``lengths[0]..lengths[1]`` words (all words), each word's row of
-    predicted distances ``(n,)`` is rank-correlated (Spearman, average ranks for ties) with its
-    row of gold distances; these are averaged over the words of all sentences of one length, and
-    the per-length means averaged over the lengths present. A constant predicted row, whose
-    correlation is undefined, counts as 0. NaN when no sentence has a length in range.
-    """
-    by_length: dict[int, list[float]] = defaultdict(list)
-    for predicted_distances, gold_distances in zip(predicted, gold, strict=True):
-        n = len(gold_distances)
-        if lengths[0] <= n <= lengths[1]:
-            by_length[n].extend(_row_spearman(predicted_distances, gold_distances).tolist())
-    if not by_length:
-        return float("nan")
-    return float(np.mean([np.mean(by_length[n]) for n in sorted(by_length)]))
+    """DSpr of predicted distances against gold tree distances (:meth:`GoldTrees.spearman`)."""
+    no_punct = [np.zeros(len(matrix), dtype=bool) for matrix in gold]
+    return GoldTrees(gold, no_punct, lengths).spearman(predicted)
 
 
-def _row_spearman(predicted: np.ndarray, gold: np.ndarray) -> np.ndarray:
-    """Spearman's rho between matching rows of two ``(n, n)`` matrices: ``(n,)``."""
-    ranks = [rankdata(matrix, axis=1) for matrix in (predicted, gold)]  # (n, n) each
-    centered = [r - r.mean(axis=1, keepdims=True) for r in ranks]  # (n, n) each
-    covariance = (centered[0] * centered[1]).sum(axis=1)  # (n,)
-    scale = np.sqrt((centered[0] ** 2).sum(axis=1) * (centered[1] ** 2).sum(axis=1))  # (n,)
+def _centered_ranks(rows: np.ndarray) -> np.ndarray:
+    """Each row's average ranks (ties share their mean rank), minus the row's mean: ``(r, n)``."""
+    ranks = rankdata(rows, axis=1)
+    return ranks - ranks.mean(axis=1, keepdims=True)
+
+
+def _correlation(centered: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    """Pearson correlation of matching centred rows ``(r, n)``: ``(r,)``, 0 where a row is
+    constant."""
+    covariance = (centered * gold).sum(axis=1)
+    scale = np.sqrt((centered**2).sum(axis=1) * (gold**2).sum(axis=1))
     return np.divide(covariance, scale, out=np.zeros_like(covariance), where=scale > 0)
