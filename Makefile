@@ -38,11 +38,11 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP) data $(VEGA_TEMPLATE) ## Create .venv with every dependency and pull the data
 
 # dvc plots show inlines vega from this template instead of loading it from a CDN.
-$(VEGA_TEMPLATE): src/elmolab/report/vega_template.py | $(STAMP)
-	$(PY) -m elmolab.report.vega_template --cdn-fallback $@
+$(VEGA_TEMPLATE): tools/vega_template.py | $(STAMP)
+	$(PY) tools/vega_template.py --cdn-fallback $@
 
 vega-template: $(STAMP) ## Rebuild the offline template of `dvc plots show` (vega inlined from npm)
-	$(PY) -m elmolab.report.vega_template $(VEGA_TEMPLATE)
+	$(PY) tools/vega_template.py $(VEGA_TEMPLATE)
 
 data: data/README.md ## Pull the raw data from the DVC remote into data/ (when data.dvc changed)
 
@@ -78,12 +78,12 @@ test-slow: install ## Run the slow end-to-end checks (CI's smoke step)
 	$(PY) -m pytest -q -m slow
 
 lint: $(STAMP) ## ruff check and format check
-	$(VENV)/bin/ruff check src pipelines tests bench
-	$(VENV)/bin/ruff format --check src pipelines tests bench
+	$(VENV)/bin/ruff check src pipelines tests bench tools
+	$(VENV)/bin/ruff format --check src pipelines tests bench tools
 
 format: $(STAMP) ## ruff format and fix
-	$(VENV)/bin/ruff format src pipelines tests bench
-	$(VENV)/bin/ruff check --fix src pipelines tests bench
+	$(VENV)/bin/ruff format src pipelines tests bench tools
+	$(VENV)/bin/ruff check --fix src pipelines tests bench tools
 
 # bench/pretrain_recipes.py is a tuning run (8-10 minutes per candidate), not a benchmark.
 BENCHES := $(filter-out bench/pretrain_recipes.py,$(wildcard bench/*.py))

@@ -42,9 +42,10 @@ from typing import ClassVar, NamedTuple
 
 import torch
 
-from elmolab.embed import embed_sentences, sentence_char_ids
-from elmolab.io.bilm_tf import export_bilm, load_bilm
+from elmolab.embed import embed_sentences
 from elmolab.models.bilm import BiLM, BiLMOptions
+from elmolab.models.bilm_tf import export_bilm, load_bilm
+from elmolab.text.chars import char_ids_for_sentences
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_DIR = ROOT / ".bench"
@@ -145,7 +146,9 @@ def elmolab_runner(model: BiLM) -> Callable[[Sequence[Sequence[str]]], list[torc
     """Runs one batch through the model (stateless); one tensor per sentence."""
 
     def run(batch: Sequence[Sequence[str]]) -> list[torch.Tensor]:
-        layers = model(sentence_char_ids(batch)).layers  # (batch, 3, time, 2 * proj)
+        layers = model(
+            char_ids_for_sentences(batch, add_sentence_marks=False)
+        ).layers  # (batch, 3, time, 2 * proj)
         return [layers[r, :, : len(s)] for r, s in enumerate(batch)]
 
     return run

@@ -1,5 +1,5 @@
 """Token-control stage: the trained biLM's token layer with random orthogonal LSTMs, the control
-that shows what pretraining the LSTMs added (see ``elmolab.models.controls``).
+that shows what pretraining the LSTMs added (see ``elmolab.controls``).
 
 Under DVC: ``python pipelines/token_control.py --params params.yaml`` reads ``artifacts/bilm/``
 and writes ``artifacts/bilm_token/``; the extract stage probes it as encoder ``token_only``.
@@ -11,7 +11,7 @@ import _venv  # noqa: F401  (before the project imports: re-runs under .venv if 
 from omegaconf import DictConfig
 
 from elmolab.config import run_stage
-from elmolab.models.controls import token_layer_control
+from elmolab.controls import token_layer_control
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 

@@ -29,7 +29,7 @@ def fixture_dir(data_dir: Path) -> Path:
 @pytest.fixture(scope="module")
 def model(fixture_dir: Path):
     """The reference model loaded from its bilm-tf files (one per test module)."""
-    from elmolab.io.bilm_tf import load_bilm
+    from elmolab.models.bilm_tf import load_bilm
 
     return load_bilm(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
 

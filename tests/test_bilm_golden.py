@@ -19,10 +19,9 @@ import numpy as np
 import pytest
 import torch
 
-from elmolab.embed import sentence_char_ids
-from elmolab.io.bilm_tf import load_bilm
 from elmolab.models.bilm import BiLM
-from elmolab.text.chars import char_ids_for_token
+from elmolab.models.bilm_tf import load_bilm
+from elmolab.text.chars import char_ids_for_sentences, char_ids_for_token
 
 ATOL = 1e-6  # the reference tolerance of the fixture (the data card, data/README.md)
 
@@ -38,7 +37,10 @@ def test_stateful_run_reproduces_bilm_tf_top_layer(model: BiLM, fixture_dir: Pat
     model.reset_states()
     try:
         with torch.no_grad():
-            outputs = [model(sentence_char_ids(batch)) for batch in reference_batches(fixture_dir)]
+            outputs = [
+                model(char_ids_for_sentences(batch, add_sentence_marks=False))
+                for batch in reference_batches(fixture_dir)
+            ]
     finally:
         model.stateful = False
         model.reset_states()
@@ -57,7 +59,9 @@ def test_stateful_run_reproduces_bilm_tf_top_layer(model: BiLM, fixture_dir: Pat
 def test_stateless_run_differs_from_the_stateful_reference(model: BiLM, fixture_dir: Path) -> None:
     """Batch 1 depends on the state left by batch 0: the golden test really tests statefulness."""
     with torch.no_grad():
-        output = model(sentence_char_ids(reference_batches(fixture_dir)[1]))
+        output = model(
+            char_ids_for_sentences(reference_batches(fixture_dir)[1], add_sentence_marks=False)
+        )
     with h5py.File(fixture_dir / "lm_embeddings_0.hdf5", "r") as expected:
         want = expected["1"][...]
     top = output.layers[0, -1, : want.shape[1]].numpy()
@@ -148,7 +152,9 @@ def test_every_layer_matches_an_independent_numpy_bilm(data_dir: Path, fixture_n
     assert model.options.lstm.use_skip_connections == (fixture_name == "elmo_fixture")
     sentences = [["The", "cat", "sat", "on", "the", "mat", "."], ["Bonjour", "à", "tous", "!"]]
     with torch.no_grad():
-        output = model(sentence_char_ids(sentences))  # one batch: the short row is padded
+        output = model(
+            char_ids_for_sentences(sentences, add_sentence_marks=False)
+        )  # one batch: the short row is padded
     for row, tokens in enumerate(sentences):
         want = numpy_bilm(fixture, tokens)  # (3, tokens, 2 * proj)
         got = output.layers[row, :, : len(tokens)].double().numpy()
@@ -161,7 +167,9 @@ def test_encode_lm_matches_forward_on_a_full_row(model: BiLM) -> None:
     forward_ids = torch.tensor([[char_ids_for_token(t) for t in ["<S>", *tokens, "</S>"]]])
     with torch.no_grad():
         forward, backward, state = model.encode_lm(forward_ids, forward_ids.flip(1))
-        layers = model(sentence_char_ids([tokens])).layers[0]  # (3, tokens, 2 * proj)
+        layers = model(char_ids_for_sentences([tokens], add_sentence_marks=False)).layers[
+            0
+        ]  # (3, tokens, 2 * proj)
     proj = model.options.lstm.projection_dim
     for k, (f, b) in enumerate(zip(forward, backward, strict=True)):  # (1, tokens + 2, proj)
         torch.testing.assert_close(layers[k + 1, :, :proj], f[0, 1:-1], rtol=0, atol=1e-6)
@@ -174,7 +182,9 @@ def test_encode_lm_trains_with_dropout_and_carries_state(model: BiLM) -> None:
     torch.manual_seed(0)
     trainee = BiLM(dataclasses.replace(model.options, dropout=0.5))
     trainee.load_state_dict(model.state_dict())
-    ids = sentence_char_ids([["<S>", "Some", "words", "to", "train", "on", "</S>"]] * 2)
+    ids = char_ids_for_sentences(
+        [["<S>", "Some", "words", "to", "train", "on", "</S>"]] * 2, add_sentence_marks=False
+    )
     forward, backward, state = trainee.encode_lm(ids, ids.flip(1))
     again, _, _ = trainee.encode_lm(ids, ids.flip(1))
     assert not torch.equal(forward[-1], again[-1])  # dropout acts in training

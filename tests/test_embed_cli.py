@@ -16,10 +16,11 @@ import pytest
 import torch
 
 from elmolab.cli import main
-from elmolab.embed import embed_sentences, sentence_char_ids
-from elmolab.io.bilm_tf import save_bilm_checkpoint
+from elmolab.embed import embed_sentences
 from elmolab.io.features import read_features
 from elmolab.models.bilm import BiLM
+from elmolab.models.bilm_tf import save_bilm_checkpoint
+from elmolab.text.chars import char_ids_for_sentences
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,7 @@ def test_cli_stateful_run_reproduces_bilm_tf(
     ]
     assert main(argv) == 0
     assert "embedded 30 sentences" in capsys.readouterr().err
-    layers = read_features(out, n_tokens=[len(line.split()) for line in batch_order_lines])
+    layers = read_features(out, n_units=[len(line.split()) for line in batch_order_lines])
     assert all(a.shape[0] == 3 and a.shape[2] == 32 for a in layers)
     for k in (0, 1):
         with h5py.File(fixture_dir / f"lm_embeddings_{k}.hdf5", "r") as expected:
@@ -103,7 +104,9 @@ def test_stateless_fast_path_equals_file_order(model: BiLM, batch_order_lines: l
         file_order = []
         for start in range(0, len(sentences), 4):
             batch = sentences[start : start + 4]
-            layers = model(sentence_char_ids(batch)).layers  # (batch, 3, time, 32)
+            layers = model(
+                char_ids_for_sentences(batch, add_sentence_marks=False)
+            ).layers  # (batch, 3, time, 32)
             file_order += [layers[r, :, : len(s)] for r, s in enumerate(batch)]
     for batch_size in (7, 64):
         fast = dict(embed_sentences(model, sentences, batch_size=batch_size))

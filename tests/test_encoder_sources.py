@@ -26,18 +26,12 @@ from test_extract import DIM, ROOT, compose, write_mini_data
 from elmolab.config import section
 from elmolab.embed import embed_sentences
 from elmolab.errors import ElmolabError
-from elmolab.extract import (
-    SUMMARY,
-    ExtractConfig,
-    encoder_files,
-    extract,
-    load_encoder,
-    read_split_features,
-)
+from elmolab.extract import ExtractConfig, encoder_files, extract, load_encoder
+from elmolab.io.features import ENCODER_SUMMARY
 from elmolab.models.bilm import BiLM
 from elmolab.probing.engine import ProbeSettings
 from elmolab.probing.runner import run_cell
-from elmolab.probing.tasks import TaskConfig
+from elmolab.probing.tasks import TaskConfig, read_split_features
 
 OPTIONS, WEIGHTS = "elmo_test_options.json", "elmo_test_weights.hdf5"  # published-style names
 SENTENCES = 3  # per split of the extraction
@@ -147,7 +141,7 @@ def test_an_encoder_named_by_its_files_is_extracted(
     out = tmp_path / "features"
     extract(config, out)
     assert [path.name for path in out.iterdir()] == ["fixture"]
-    summary = json.loads((out / "fixture" / SUMMARY).read_text(encoding="utf-8"))
+    summary = json.loads((out / "fixture" / ENCODER_SUMMARY).read_text(encoding="utf-8"))
     assert summary["model"] == str(published / WEIGHTS)
     assert summary["files"] == {
         "options": str(published / OPTIONS),

@@ -17,23 +17,15 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from elmolab.config import section
+from elmolab.controls import token_layer_control
 from elmolab.embed import embed_sentences
 from elmolab.errors import ElmolabError
-from elmolab.extract import (
-    ExtractConfig,
-    extract,
-    extract_split,
-    feature_path,
-    load_encoder,
-    read_split_features,
-    units_path,
-)
-from elmolab.io.bilm_tf import export_bilm, save_bilm_checkpoint
-from elmolab.io.features import FeatureReader
+from elmolab.extract import ExtractConfig, extract, extract_split, load_encoder
+from elmolab.io.features import feature_path, read_features, units_path
 from elmolab.models.bilm import BiLM, BiLMOptions
-from elmolab.models.controls import token_layer_control
+from elmolab.models.bilm_tf import export_bilm, save_bilm_checkpoint
 from elmolab.params import compose_params
-from elmolab.probing.tasks import multiword_parts
+from elmolab.probing.tasks import multiword_parts, read_split_features
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -182,9 +174,9 @@ def test_every_split_of_every_encoder_is_written_in_the_elmo_format(workspace: D
             with h5py.File(path) as f:
                 assert "sentence_to_index" in f
                 assert {f[str(i)].dtype for i in range(len(units))} == {np.dtype("float16")}
-            with FeatureReader(path, [len(u) for u in units]) as reader:
-                assert len(reader) == len(units)
-                assert {reader[i].shape[::2] for i in range(len(reader))} == {(3, DIM)}
+            lines = read_features(path, [len(u) for u in units])
+            assert len(lines) == len(units)
+            assert {line.shape[::2] for line in lines} == {(3, DIM)}
             sidecar = units_path(path, source.format.is_wsd)
             assert sidecar.read_text(encoding="utf-8") == "".join(" ".join(u) + "\n" for u in units)
         assert (features / encoder / "extract.json").is_file()
@@ -270,7 +262,7 @@ def test_a_feature_line_with_the_wrong_token_count_names_the_file_and_line(
         short = f["4"][:, :-1]
         del f["4"]
         f["4"] = short
-    expected = rf"{path}: line index 4: shape \(3, \d+, {DIM}\), expected \(3, \d+, {DIM}\)"
+    expected = rf"{path}: line index 4: (\d+) token vectors, expected (?!\1)\d+"
     with pytest.raises(ElmolabError, match=expected):
         read_split_features(encoder, source)
 

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from elmolab.config import section
 from elmolab.errors import ElmolabError
-from elmolab.io.bilm_tf import load_bilm, load_bilm_from_checkpoint
+from elmolab.models.bilm_tf import load_bilm, load_bilm_from_checkpoint
 from elmolab.params import compose_params
 from elmolab.training.pretrain import (
     ModelConfig,

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from elmolab import hardware
-from elmolab.io.bilm_tf import load_bilm_from_checkpoint
 from elmolab.models.bilm import BiLM, BiLMOptions
+from elmolab.models.bilm_tf import load_bilm_from_checkpoint
 from elmolab.models.lstm import LstmWithProjection
 from elmolab.text.vocab import Vocabulary
 from elmolab.training import softmax as softmax_module

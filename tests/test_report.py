@@ -4,6 +4,7 @@ computations, every output file, missing inputs, bad inputs and atomicity."""
 import base64
 import hashlib
 import html
+import importlib.util
 import io
 import json
 import math
@@ -35,7 +36,7 @@ from scipy import stats as scipy_stats
 from elmolab.config import section
 from elmolab.errors import ElmolabError
 from elmolab.params import compose_params
-from elmolab.report import ReportConfig, vega_template, writers
+from elmolab.report import ReportConfig, writers
 from elmolab.report import build as build_module
 from elmolab.report.build import code_version
 from elmolab.report.collect import ProbeRun, collect, read_probe_runs
@@ -52,6 +53,17 @@ from elmolab.report.tables import _paper_directions
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+
+
+def _tool(name: str):
+    """A module of tools/ (build-time scripts, outside the package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+vega_template = _tool("vega_template")
 N_RUNS = len(TASKS) * len(FEATURES) * 2 * len(SEEDS) + len(FEATURES) * 2  # seeded + wsd
 
 

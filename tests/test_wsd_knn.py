@@ -5,10 +5,10 @@ import torch
 
 from elmolab.errors import ElmolabError
 from elmolab.probing.wsd import (
-    evaluate_1nn,
     fit_sense_centroids,
     predict_senses,
     score_senses,
+    wsd_vectors,
 )
 
 BANK = ("bank", "NOUN")
@@ -59,39 +59,27 @@ def test_scores_follow_raganato() -> None:
     assert score_senses([None], [{"a"}]).f1 == 0.0
 
 
-def test_evaluate_1nn_with_back_off_answers_everything() -> None:
+def test_1nn_with_back_off_answers_everything() -> None:
     financial, river, _ = CANDIDATES[BANK]
     train_layers = torch.zeros(3, 4, 2)  # (layers, occurrences, dim): only layer 1 knows
     train_layers[1] = torch.tensor([[1.0, 0.1], [0.9, 0.0], [0.1, 1.0], [0.0, 0.8]])
     eval_layers = torch.zeros(3, 3, 2)
     eval_layers[1] = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-    result = evaluate_1nn(
-        train_layers=train_layers,
-        train_keys=[[financial], [financial], [river], [river]],
-        eval_layers=eval_layers,
-        eval_lemma_pos=[BANK, BANK, ("run", "VERB")],
-        eval_gold=[{financial}, {river}, {"run%2:38:04::"}],
-        candidates=CANDIDATES,
-        first_sense=FIRST_SENSE,
-        mode="layer1",
+    keys = [[financial], [financial], [river], [river]]
+    centroids = fit_sense_centroids(wsd_vectors(train_layers, "layer1"), keys)
+    predictions = predict_senses(
+        centroids,
+        wsd_vectors(eval_layers, "layer1"),
+        [BANK, BANK, ("run", "VERB")],
+        CANDIDATES,
+        FIRST_SENSE,
     )
-    assert [p.key for p in result.predictions] == [financial, river, "run%2:38:00::"]
-    assert result.backed_off == 1
-    assert (
-        result.scores.precision == result.scores.recall == result.scores.f1 == pytest.approx(2 / 3)
-    )
-    assert (result.seed, result.mix_weights, result.gamma) == (None, None, None)
+    assert [p.key for p in predictions] == [financial, river, "run%2:38:00::"]
+    assert [p.source for p in predictions].count("first_sense") == 1
+    scores = score_senses([p.key for p in predictions], [{financial}, {river}, {"run%2:38:04::"}])
+    assert scores.precision == scores.recall == scores.f1 == pytest.approx(2 / 3)
 
 
 def test_learned_mix_does_not_apply() -> None:
     with pytest.raises(ElmolabError, match="scalar_mix does not apply"):
-        evaluate_1nn(
-            torch.zeros(3, 1, 2),
-            [["a"]],
-            torch.zeros(3, 1, 2),
-            [BANK],
-            [{"a"}],
-            {},
-            {},
-            "scalar_mix",
-        )
+        wsd_vectors(torch.zeros(3, 1, 2), "scalar_mix")

@@ -16,8 +16,8 @@ import torch
 
 from elmolab.embed import DEFAULT_BATCH_SIZE, embed_file
 from elmolab.errors import ElmolabError
-from elmolab.io.bilm_tf import load_bilm, load_bilm_from_checkpoint
 from elmolab.io.features import LAYER_MODES, STORAGE_DTYPES
+from elmolab.models.bilm_tf import load_bilm, load_bilm_from_checkpoint
 
 
 class Command(NamedTuple):

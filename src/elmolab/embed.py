@@ -65,19 +65,6 @@ def read_sentences(path: str | os.PathLike[str]) -> list[str]:
     return sentences
 
 
-def sentence_char_ids(
-    sentences: Sequence[Sequence[str]], max_chars: int = MAX_CHARACTERS_PER_TOKEN
-) -> Tensor:
-    """Inference character ids (batch, time, chars) without sentence marks, zero-padded.
-
-    Each distinct token is converted once and the batch is gathered from that table.
-    """
-    distinct = dict.fromkeys(t for tokens in sentences for t in tokens)
-    row_of = {token: row for row, token in enumerate(distinct, start=1)}  # row 0 is padding
-    table = [[0] * max_chars] + [char_ids_for_token(t, max_chars) for t in distinct]
-    return torch.tensor(table)[_table_rows(sentences, row_of)]  # (batch, time, chars)
-
-
 def _table_rows(sentences: Sequence[Sequence[str]], row_of: dict[str, int]) -> Tensor:
     """(batch, time) long: the table row of every token, 0 past the end of each sentence."""
     time = max((len(tokens) for tokens in sentences), default=0)

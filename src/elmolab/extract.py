@@ -16,8 +16,9 @@ instance (only sentences with instances are kept; SemCor's 225k instances take u
 the disk its 778k tokens would). Multiword WSD tokens are read by the biLM as separate words and the
 instance gets the mean of its words' vectors (see ``elmolab.probing.tasks``). The sidecar text
 file has one line per feature line, its units separated by single spaces; the probe stage checks it
-against the data it reads (:func:`read_split_features`), so features extracted from other data
-fail loudly instead of being silently misaligned.
+against the data it reads (``elmolab.probing.tasks.read_split_features``), so features extracted
+from other data fail loudly instead of being silently misaligned. The files' formats and names
+are ``elmolab.io.features``'s.
 
 Sentences start from zero LSTM states (``stateful: false``, the default; bilm-tf's carried states
 are an option) and run through ``elmolab.embed.embed_sentences``: length-sorted batches, the char
@@ -30,12 +31,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import h5py
 import numpy as np
 import torch
 from omegaconf.errors import ValidationError
@@ -44,9 +44,15 @@ from elmolab.embed import DEFAULT_BATCH_SIZE, embed_sentences
 from elmolab.errors import ElmolabError
 from elmolab.failpoints import failpoint
 from elmolab.fsutil import atomic_dir, atomic_path, write_json
-from elmolab.io.bilm_tf import load_bilm, load_bilm_from_checkpoint
-from elmolab.io.features import SENTENCE_TO_INDEX, STORAGE_DTYPES, open_feature_writer
+from elmolab.io.features import (
+    ENCODER_SUMMARY,
+    STORAGE_DTYPES,
+    feature_path,
+    open_feature_writer,
+    units_path,
+)
 from elmolab.models.bilm import BiLM
+from elmolab.models.bilm_tf import load_bilm, load_bilm_from_checkpoint
 from elmolab.models.controls import token_layer_digest
 from elmolab.probing.tasks import DataCatalog, DatasetConfig, SplitSource, multiword_parts
 
@@ -54,7 +60,6 @@ log = logging.getLogger("elmolab.extract")
 
 OPTIONS, WEIGHTS = "options.json", "weights.hdf5"  # bilm-tf's files: what dvc.yaml tracks
 CHECKPOINT = "model.pt"  # the pretraining stage's checkpoint, used without those two files
-SUMMARY = "extract.json"
 # bilm-tf's files by role: the keys of an encoder's mapping form, and (as ``*<name>``) the names
 # a folder's files may end with.
 BILM_TF_FILES = {"options": OPTIONS, "weights": WEIGHTS}
@@ -94,16 +99,6 @@ class ExtractConfig:
     def catalog(self) -> DataCatalog:
         """The datasets as the probe stage must read them to match these features."""
         return DataCatalog(self.datasets, self.max_sentences)
-
-
-def feature_path(encoder_dir: Path, dataset: str, split: str) -> Path:
-    """The feature file of one split, in an encoder's folder (``<features>/<encoder>``)."""
-    return encoder_dir / dataset / f"{split}.hdf5"
-
-
-def units_path(features: Path, wsd: bool) -> Path:
-    """The sidecar of a feature file: its tokens, or (WSD) its instance ids."""
-    return features.with_suffix(".instances.txt" if wsd else ".tokens.txt")
 
 
 @dataclass(frozen=True)
@@ -261,7 +256,7 @@ def extract(config: ExtractConfig, out_dir: Path) -> dict[str, Any]:
                 "wall_seconds": round(time.perf_counter() - started, 1),
                 "splits": splits,
             }
-            write_json(tmp / SUMMARY, summaries[encoder])
+            write_json(tmp / ENCODER_SUMMARY, summaries[encoder])
     return summaries
 
 
@@ -335,100 +330,3 @@ def _check_units(source: SplitSource) -> None:
                 what = "instance id" if source.format.is_wsd else "token"
                 line = None if source.token_lines is None else source.token_lines[i][j]
                 raise ElmolabError(f"{what} {unit!r} contains whitespace", source.path, line)
-
-
-def read_units(path: Path) -> list[list[str]]:
-    """A sidecar file: the units of each feature line."""
-    if not path.is_file():
-        raise ElmolabError("no such file (run the extract stage)", path)
-    return [line.split(" ") for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def read_split_features(encoder_dir: Path, source: SplitSource) -> list[np.ndarray]:
-    """The features of ``source`` extracted into ``encoder_dir``: one array
-    ``(n_layers + 1, n_units, dim)`` per sentence, in the stored dtype (float16 by default).
-
-    Checks that the sidecar holds exactly the units of the data, and that the feature file has
-    one line per sentence with one vector per unit; every mismatch is an ElmolabError naming the
-    file and line.
-    """
-    path = feature_path(encoder_dir, source.dataset, source.split)
-    sidecar = units_path(path, source.format.is_wsd)
-    expected = source.units()
-    _check_sidecar(read_units(sidecar), expected, sidecar, source)
-    return read_feature_lines(path, [len(units) for units in expected])
-
-
-def read_feature_lines(path: Path, n_units: Sequence[int]) -> list[np.ndarray]:
-    """Every line of a feature file (``all`` layout), checked against ``n_units`` per line.
-
-    ``elmolab.io.features.FeatureReader`` checks more but opens each dataset twice through
-    h5py's object layer (~0.4 ms a line); this bulk path opens each once, low-level, and keeps
-    the stored dtype: EWT train's 12.5k lines load in about 1.4 s instead of 5.5 s.
-    """
-    if not path.is_file():
-        raise ElmolabError("no such feature file (run the extract stage)", path)
-    try:
-        file = h5py.File(path, "r")
-    except OSError as error:
-        raise ElmolabError(f"not a readable HDF5 file: {error}", path) from None
-    with file:
-        if SENTENCE_TO_INDEX not in file or len(file) - 1 != len(n_units):
-            raise ElmolabError(
-                f"{len(file) - (SENTENCE_TO_INDEX in file)} lines and"
-                f" {'a' if SENTENCE_TO_INDEX in file else 'no'} '{SENTENCE_TO_INDEX}':"
-                f" expected {len(n_units)} lines and '{SENTENCE_TO_INDEX}'",
-                path,
-            )
-        lines: list[np.ndarray] = []
-        layout: tuple[int, int] | None = None  # (layers, dim) of line 0
-        dtype = None  # line 0's storage type; HDF5 converts any other line to it
-        for index, count in enumerate(n_units):
-            try:
-                dataset = h5py.h5d.open(file.id, str(index).encode())
-            except KeyError:
-                raise ElmolabError(f"no dataset for line index {index}", path) from None
-            shape = dataset.shape
-            if layout is None and len(shape) == 3:
-                layout, dtype = (shape[0], shape[2]), dataset.dtype
-            if len(shape) != 3 or shape[1] != count or (shape[0], shape[2]) != layout:
-                layers, dim = layout or ("layers", "dim")
-                raise ElmolabError(
-                    f"line index {index}: shape {shape}, expected ({layers}, {count}, {dim})", path
-                )
-            array = np.empty(shape, dtype=dtype)
-            dataset.read(h5py.h5s.ALL, h5py.h5s.ALL, array)
-            lines.append(array)
-    return lines
-
-
-def _check_sidecar(
-    found: Sequence[Sequence[str]],
-    expected: Sequence[Sequence[str]],
-    sidecar: Path,
-    source: SplitSource,
-) -> None:
-    what = "instances" if source.format.is_wsd else "tokens"
-    data = f"{source.dataset}/{source.split} ({source.path})"
-    if len(found) != len(expected):
-        raise ElmolabError(
-            f"{len(found)} lines, but {data} has {len(expected)} sentences: the features were"
-            " extracted from other data (run the extract stage again)",
-            sidecar,
-        )
-    for i, (have, want) in enumerate(zip(found, expected, strict=True)):
-        if list(have) == list(want):
-            continue
-        where = f"sentence {i + 1} of {data}"
-        if source.token_lines is not None:
-            where += f", line {source.token_lines[i][0]}"
-        if len(have) != len(want):
-            problem = f"{len(have)} {what}, but {where} has {len(want)}"
-        else:
-            j = next(j for j, (a, b) in enumerate(zip(have, want, strict=True)) if a != b)
-            problem = f"{what[:-1]} {j + 1} is {have[j]!r}, but {where} has {want[j]!r}"
-        raise ElmolabError(
-            f"{problem}: the features were extracted from other data (run the extract stage again)",
-            sidecar,
-            i + 1,
-        )

@@ -274,8 +274,3 @@ class ControlTask:
     def relabel(self, sentences: Iterable[Sequence[str]]) -> list[list[str]]:
         """The control tags of the words of each sentence."""
         return [[self.tag(word) for word in sentence] for sentence in sentences]
-
-
-def selectivity(task_accuracy: float, control_accuracy: float) -> float:
-    """``task accuracy - control accuracy`` of the same probe on the same features."""
-    return task_accuracy - control_accuracy

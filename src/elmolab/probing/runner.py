@@ -4,7 +4,7 @@ The task's data is read once per cell and each encoder's features once per cell,
 contiguous array per split, before the jobs fork (so workers share them). A job is an encoder and a
 training set (the full one, or a learning-curve subset): the probe engine trains every feature
 mode and seed of it together (:mod:`elmolab.probing.engine`). Results, under
-``<cell> = <probes>/<task>`` (the layout ``elmolab.report.collect`` reads)::
+``<cell> = <probes>/<task>`` (the layout of ``elmolab.io.results``, which the report reads)::
 
     <cell>/<features>/<encoder>/seed<k>/metrics.json            token, pair and tree tasks
     <cell>/<features>/<encoder>/seed<k>/fraction_<f>/...        learning-curve runs (token tasks)
@@ -42,9 +42,9 @@ import numpy as np
 import torch
 
 from elmolab.errors import ElmolabError
-from elmolab.extract import SUMMARY as EXTRACT_SUMMARY
-from elmolab.extract import feature_path, read_split_features
 from elmolab.fsutil import atomic_dir, write_json
+from elmolab.io.features import ENCODER_SUMMARY, feature_path
+from elmolab.io.results import METRICS_FILE, PREDICTIONS_FILE, run_folder
 from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
 from elmolab.probing.engine import Head, ProbeResult, ProbeSettings, train_heads
@@ -56,6 +56,7 @@ from elmolab.probing.tasks import (
     TaskConfig,
     TaskKind,
     TaskLabels,
+    read_split_features,
     task_labels,
     tree_splits,
 )
@@ -71,8 +72,6 @@ from elmolab.tracking import TrackedRun, metric_key
 
 log = logging.getLogger("elmolab.probe")
 
-METRICS_FILE = "metrics.json"
-PREDICTIONS_FILE = "test_predictions.txt"
 WSD_METRIC = "f1"
 # Metrics that are a share of counted items (tokens, heads, edges): metrics.json keeps the
 # per-sentence counts, so the report can run a paired bootstrap over test sentences.
@@ -331,7 +330,7 @@ def _write_run(
         out
         / metrics["features"]
         / metrics["encoder"]
-        / _run_dir(metrics["seed"], metrics["train_fraction"])
+        / run_folder(metrics["seed"], metrics["train_fraction"])
     )
     write_json(run_dir / METRICS_FILE, metrics)
     if settings.save_predictions:
@@ -345,7 +344,7 @@ def _layer0_twins(settings: ProbeSettings) -> dict[str, str]:
     first_with: dict[str, str] = {}
     twins = {}
     for encoder in settings.encoders:
-        summary = Path(settings.features_dir) / encoder / EXTRACT_SUMMARY
+        summary = Path(settings.features_dir) / encoder / ENCODER_SUMMARY
         try:
             digest = json.loads(summary.read_text(encoding="utf-8")).get("token_layer_sha256")
         except (OSError, ValueError):
@@ -367,7 +366,7 @@ def _copy_runs(
         if metrics["encoder"] != source or metrics["features"] != layer0:
             continue
         copy = {**metrics, "encoder": encoder, "same_features_as": source}
-        run_dir = _run_dir(metrics["seed"], metrics["train_fraction"])
+        run_dir = run_folder(metrics["seed"], metrics["train_fraction"])
         write_json(out / layer0 / encoder / run_dir / METRICS_FILE, copy)
         predictions = out / layer0 / source / run_dir / PREDICTIONS_FILE
         if predictions.is_file():
@@ -384,11 +383,6 @@ def training_subset(sentences: int, fraction: float, settings: ProbeSettings) ->
         raise ElmolabError(f"probe.train_fractions: {fraction} is not in (0, 1]")
     order = np.random.default_rng(settings.subset_seed).permutation(sentences)
     return sorted(order[: max(1, math.ceil(fraction * sentences))].tolist())
-
-
-def _run_dir(seed: int, fraction: float) -> Path:
-    seed_dir = Path(f"seed{seed}")
-    return seed_dir if fraction == 1.0 else seed_dir / f"fraction_{fraction:g}"
 
 
 # The jobs of the running _run_jobs call: forked workers inherit them, so only an index and the

@@ -39,7 +39,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
+
 from elmolab.errors import ElmolabError
+from elmolab.io.features import check_units, feature_path, read_features, read_units, units_path
 from elmolab.probing.metrics import ControlTask, LabelVocabulary, TaskMetric
 from elmolab.text.conll import (
     Separator,
@@ -343,6 +346,28 @@ def _read_wsd(
         raise ElmolabError(f"a Raganato split is a NAME{RAGANATO_DATA_SUFFIX} file", path)
     gold = path.with_name(path.name.removesuffix(RAGANATO_DATA_SUFFIX) + RAGANATO_GOLD_SUFFIX)
     return read_raganato(path, gold, wordnet)
+
+
+def read_split_features(encoder_dir: Path, source: SplitSource) -> list[np.ndarray]:
+    """The features of ``source`` extracted into ``encoder_dir`` (the extract stage's folder of
+    one encoder): one array ``(n_layers + 1, n_units, dim)`` per sentence, in the stored dtype.
+
+    The sidecar must hold exactly the units of the data, and the feature file one line per
+    sentence with one vector per unit; every mismatch is an ElmolabError naming the file and line.
+    """
+    path = feature_path(encoder_dir, source.dataset, source.split)
+    sidecar = units_path(path, source.format.is_wsd)
+    expected = source.units()
+    lines = source.token_lines
+    check_units(
+        read_units(sidecar),
+        expected,
+        sidecar,
+        what="instances" if source.format.is_wsd else "tokens",
+        data=f"{source.dataset}/{source.split} ({source.path})",
+        first_lines=None if lines is None else [sentence[0] for sentence in lines],
+    )
+    return read_features(path, [len(units) for units in expected])
 
 
 def _token_lines(

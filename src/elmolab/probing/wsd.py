@@ -13,13 +13,14 @@ Scoring follows Raganato et al. (2017): ``P = correct / answered``, ``R = correc
 back-off every instance that WordNet knows is answered, so usually ``P = R = F1``.
 
 Nothing is trained: the features come from a fixed mode (a layer, ``mean`` or ``concat``), the
-learned ``scalar_mix`` does not apply, and neither do seeds (:class:`WsdResult` marks both None).
+learned ``scalar_mix`` does not apply, and neither do seeds. The probe stage's WSD cell
+(``elmolab.probing.runner``) runs these steps for every encoder and mode.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -136,44 +137,3 @@ def score_senses(predicted: Sequence[str | None], gold: Sequence[Collection[str]
     recall = correct / len(gold) if gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if correct else 0.0
     return WsdScores(precision, recall, f1, correct, answered, len(gold))
-
-
-@dataclass(frozen=True)
-class WsdResult:
-    """One WSD 1-NN evaluation, with the keys of a probe result where they apply."""
-
-    features: str  # the feature mode
-    scores: WsdScores
-    backed_off: int  # instances answered with the first sense
-    seed: None = None  # not applicable: nothing is random
-    mix_weights: None = None  # not applicable: nothing is learned
-    gamma: None = None  # not applicable: nothing is learned
-    predictions: list[SensePrediction] = field(default_factory=list, repr=False)
-
-
-def evaluate_1nn(
-    train_layers: torch.Tensor,
-    train_keys: Sequence[Collection[str]],
-    eval_layers: torch.Tensor,
-    eval_lemma_pos: Sequence[LemmaPos],
-    eval_gold: Sequence[Collection[str]],
-    candidates: Mapping[LemmaPos, Sequence[str]],
-    first_sense: Mapping[LemmaPos, str],
-    mode: FeatureMode | str,
-) -> WsdResult:
-    """Centroids from the training occurrences, 1-NN on the evaluation instances, and scores.
-
-    ``train_layers`` ``(num_layers, occurrences, dim)`` and ``eval_layers``
-    ``(num_layers, instances, dim)`` are the biLM layers of the tagged tokens; see
-    :func:`fit_sense_centroids`, :func:`predict_senses` and :func:`score_senses` for the rest.
-    """
-    centroids = fit_sense_centroids(wsd_vectors(train_layers, mode), train_keys)
-    predictions = predict_senses(
-        centroids, wsd_vectors(eval_layers, mode), eval_lemma_pos, candidates, first_sense
-    )
-    return WsdResult(
-        features=FeatureMode.parse(mode).value,
-        scores=score_senses([p.key for p in predictions], eval_gold),
-        backed_off=sum(p.source == "first_sense" for p in predictions),
-        predictions=predictions,
-    )

@@ -181,7 +181,7 @@ def _polysemy(config: ReportConfig, missing: list[str]) -> list[WordNeighbours]:
     if absent:
         missing.append(f"polysemy table not computed: no {', '.join(absent)}")
         return []
-    from elmolab.io.bilm_tf import load_bilm
+    from elmolab.models.bilm_tf import load_bilm
     from elmolab.text.vocab import Vocabulary
     from elmolab.text.wsd import read_semcor
 

@@ -4,17 +4,10 @@ Every file is self-describing and validated; a missing key or a value of the wro
 ElmolabError naming the file. A missing *input* (no random control yet, no WSD runs) is not an
 error: :class:`Inputs` lists what is missing so the report can say so.
 
-Probe runs are found with a glob under the probes folder::
-
-    <task>/<features>/<encoder>/seed<k>/metrics.json    seeded runs (every task but wsd)
-    <task>/<features>/<encoder>/metrics.json            runs without seeds (wsd)
-    <task>/<features>/<encoder>/seed<k>/fraction_<f>/metrics.json
-                                                        learning-curve runs: the probe trained on
-                                                        a fraction f (0.01, 0.1) of the training
-                                                        sentences; the run above is f = 1
-
-and the file's ``task``, ``features``, ``encoder``, ``seed`` and ``train_fraction`` must agree with
-its path (files without ``train_fraction`` predate learning curves: f = 1).
+The files, their folders and columns are ``elmolab.io.results``'s (the contract with the
+stages that write them); a probe run's ``task``, ``features``, ``encoder``, ``seed`` and
+``train_fraction`` must agree with its path (files without ``train_fraction`` predate learning
+curves: f = 1).
 """
 
 from __future__ import annotations
@@ -30,10 +23,15 @@ from typing import Any
 import numpy as np
 
 from elmolab.errors import ElmolabError
+from elmolab.io.results import (
+    CURVE_FILE,
+    CURVE_REQUIRED,
+    FRACTION_PREFIX,
+    METRICS_FILE,
+    learning_curve_paths,
+    probe_run_paths,
+)
 
-METRICS_FILE = "metrics.json"
-CURVE_FILE = "curve.csv"
-CURVE_COLUMNS = ("step", "tokens", "train_loss", "val_ppl", "val_ppl_fwd", "val_ppl_bwd")
 PPL_KEYS = ("ppl", "ppl_fwd", "ppl_bwd")
 
 # Display order; tasks, feature modes and encoders not listed here follow, sorted by name.
@@ -65,7 +63,6 @@ ENCODER_SHORT_LABELS = {  # where space is tight
     "token_only": "token layer",
 }
 STRUCTURAL_TASK = "structural"  # the Hewitt and Manning (2019) structural probe
-FRACTION_PREFIX = "fraction_"  # learning-curve run folder: fraction_<f>
 SINGLE_LAYERS = ("layer0", "layer1", "layer2")
 SCALAR_MIX = "scalar_mix"
 CONTROL_SUFFIX = "_control"  # task "x_control" is the control task of task "x"
@@ -247,15 +244,15 @@ def read_pretraining_metrics(path: Path) -> dict[str, Any]:
 
 def read_curve(path: Path) -> dict[str, np.ndarray]:
     """``curve.csv`` as column -> float array; empty cells (rows without validation) are nan.
-    Columns other than ``CURVE_COLUMNS`` are ignored."""
+    Columns other than ``CURVE_REQUIRED`` are ignored."""
     with path.open(newline="", encoding="utf-8") as fin:
         reader = csv.DictReader(fin)
-        absent = [c for c in CURVE_COLUMNS if c not in (reader.fieldnames or [])]
+        absent = [c for c in CURVE_REQUIRED if c not in (reader.fieldnames or [])]
         if absent:
             raise ElmolabError(f"missing column(s) {', '.join(absent)} in the header", path, 1)
-        columns: dict[str, list[float]] = {c: [] for c in CURVE_COLUMNS}
+        columns: dict[str, list[float]] = {c: [] for c in CURVE_REQUIRED}
         for row in reader:
-            for column in CURVE_COLUMNS:
+            for column in CURVE_REQUIRED:
                 cell = (row[column] or "").strip()
                 try:
                     columns[column].append(float(cell) if cell else math.nan)
@@ -270,18 +267,13 @@ def read_probe_runs(probes_dir: Path) -> list[ProbeRun]:
     """Every probe run's ``metrics.json`` under ``probes_dir`` on all the training data (the
     first two layouts of the module docstring; other files are not probe runs), validated
     against its path."""
-    paths = [
-        *probes_dir.glob(f"*/*/*/seed*/{METRICS_FILE}"),
-        *probes_dir.glob(f"*/*/*/{METRICS_FILE}"),
-    ]
-    return [read_probe_run(path, probes_dir) for path in sorted(paths)]
+    return [read_probe_run(path, probes_dir) for path in probe_run_paths(probes_dir)]
 
 
 def read_learning_curve_runs(probes_dir: Path) -> list[ProbeRun]:
     """Every learning-curve run under ``probes_dir`` (``.../seed<k>/fraction_<f>/metrics.json``),
     validated like :func:`read_probe_run`; ``train_fraction`` must be the folder's f."""
-    paths = probes_dir.glob(f"*/*/*/seed*/{FRACTION_PREFIX}*/{METRICS_FILE}")
-    return [read_probe_run(path, probes_dir) for path in sorted(paths)]
+    return [read_probe_run(path, probes_dir) for path in learning_curve_paths(probes_dir)]
 
 
 def read_probe_run(path: Path, probes_dir: Path) -> ProbeRun:

@@ -49,7 +49,8 @@ from elmolab.errors import ElmolabError
 from elmolab.failpoints import failpoint
 from elmolab.fsutil import atomic_dir, atomic_path, write_json
 from elmolab.hardware import choose_precision
-from elmolab.io.bilm_tf import export_bilm, save_bilm_checkpoint
+from elmolab.io.results import CURVE_COLUMNS, CURVE_FILE, METRICS_FILE
+from elmolab.models.bilm_tf import export_bilm, save_bilm_checkpoint
 from elmolab.text.vocab import Vocabulary
 from elmolab.training.data import LMDataModule
 from elmolab.training.module import BiLMPretrainer, count_parameters
@@ -343,11 +344,7 @@ def pretrain(
         return {}
 
     metrics = {
-        "val": _perplexities(val, "val"),
-        "test": _perplexities(test, "test"),
-        "unigram_ppl": {
-            split: stats["splits"][split].get("unigram_perplexity") for split in ("valid", "test")
-        },
+        **_evaluation(val, test, stats),
         "precision": precision.as_dict(),
         "tokens_per_second": round(throughput.tokens_per_second, 1),
         "wall_seconds": round(time.perf_counter() - started, 1),
@@ -430,11 +427,7 @@ def random_control(
     val = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
     test = trainer.test(module, datamodule=datamodule, verbose=False)[0]
     metrics = {
-        "val": _perplexities(val, "val"),
-        "test": _perplexities(test, "test"),
-        "unigram_ppl": {
-            split: stats["splits"][split].get("unigram_perplexity") for split in ("valid", "test")
-        },
+        **_evaluation(val, test, stats),
         "precision": precision.as_dict(),
         "wall_seconds": round(time.perf_counter() - started, 1),
         "steps": 0,
@@ -446,6 +439,17 @@ def random_control(
     }
     export_model(module, vocab, out_dir, metrics, curve_from=[])
     return metrics
+
+
+def _evaluation(val: dict[str, float], test: dict[str, float], stats: dict[str, Any]) -> dict:
+    """The perplexities of the valid and test splits, beside the unigram model's."""
+    return {
+        "val": _perplexities(val, "val"),
+        "test": _perplexities(test, "test"),
+        "unigram_ppl": {
+            split: stats["splits"][split].get("unigram_perplexity") for split in ("valid", "test")
+        },
+    }
 
 
 def export_model(
@@ -465,22 +469,9 @@ def export_model(
                 f["softmax/W"] = module.softmax.weight.detach().numpy()
                 f["softmax/b"] = module.softmax.bias.detach().numpy()
         vocab.save(tmp / "vocab.txt")
-        write_json(tmp / "metrics.json", metrics)
+        write_json(tmp / METRICS_FILE, metrics)
         if curve_from:
-            write_curve(curve_from, tmp / "curve.csv", metrics["tokens"] / max(metrics["steps"], 1))
-
-
-CURVE_COLUMNS = (
-    "step",
-    "tokens",
-    "train_loss",
-    "val_ppl",
-    "val_ppl_fwd",
-    "val_ppl_bwd",
-    "val_stateless_ppl",
-    "val_stateless_ppl_fwd",
-    "val_stateless_ppl_bwd",
-)
+            write_curve(curve_from, tmp / CURVE_FILE, metrics["tokens"] / max(metrics["steps"], 1))
 
 
 def write_curve(metrics_csvs: list[Path], out: Path, tokens_per_step: float) -> None:

@@ -6,9 +6,9 @@ this template has no such placeholder, so they are dropped and the inlined copie
 instead. The versions are the ones dvc-render 1.0 loads from the CDN (its templates use
 vega-lite 5.2 features), and each npm tarball is checked against its pinned SHA-512 integrity.
 
-    python -m elmolab.report.vega_template build/dvc-plots.html          # runs `npm pack`
-    python -m elmolab.report.vega_template OUT --tarballs DIR            # tarballs already here
-    python -m elmolab.report.vega_template OUT --cdn-fallback            # for `make install`
+    .venv/bin/python tools/vega_template.py build/dvc-plots.html          # runs `npm pack`
+    .venv/bin/python tools/vega_template.py OUT --tarballs DIR            # tarballs already here
+    .venv/bin/python tools/vega_template.py OUT --cdn-fallback            # for `make install`
 
 With ``--cdn-fallback`` a failure to get the packages (no npm, no registry) is a warning, and the
 template written keeps dvc-render's CDN scripts: ``dvc plots show`` then works when online.
@@ -75,7 +75,7 @@ PAGE = """<!DOCTYPE html>
 <meta charset="utf-8">
 {{refresh_tag}}
 <title>DVC Plot</title>
-<!-- vega, vega-lite and vega-embed inlined (no network): built by elmolab.report.vega_template -->
+<!-- vega, vega-lite and vega-embed inlined (no network): built by tools/vega_template.py -->
 {inlined}
 <style>
   body {{ font-family: -apple-system, "Segoe UI", Roboto, Arial, sans-serif; margin: 16px; }}

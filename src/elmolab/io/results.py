@@ -1,0 +1,71 @@
+"""The result files the stages hand to the report: names, folder layout and columns, defined once
+for the writers (``elmolab.training.pretrain``, ``elmolab.probing.runner``) and the reader
+(``elmolab.report.collect``, which validates every field it reads).
+
+Pretraining (``artifacts/bilm/``, the random control ``artifacts/bilm_random/``)::
+
+    metrics.json    steps, tokens, perplexities per split and direction, precision, ...
+    curve.csv       the learning curve, CURVE_COLUMNS (empty cells: no validation at that row)
+
+Probes, one folder per run under ``<probes>/<task>/<features>/<encoder>/`` (:func:`run_folder`)::
+
+    seed<k>/metrics.json                    a seeded run on all the training data
+    seed<k>/fraction_<f>/metrics.json       a learning-curve run: a share f (0 < f < 1) of them
+    metrics.json                            a run without seeds (wsd 1-NN: nothing is random)
+    .../test_predictions.txt                beside it: one test sentence a line
+
+A probe run's ``metrics.json`` holds its identity (``task, features, encoder, seed``, which must
+agree with its path, and ``train_fraction``), ``metric, dev, test`` (``applicable: false`` and no
+scores where a mode does not apply), the training record (``best_epoch, epochs, hit_epoch_cap,
+history, wall_seconds``), the mix (``mix_weights, gamma``), the split sizes (``n_train_tokens``,
+..., ``n_train_sentences``), further scores as ``dev_<name>``/``test_<name>`` and, for counted
+metrics, ``per_sentence_test`` ``{correct, total}`` (the report's paired bootstrap).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+METRICS_FILE = "metrics.json"
+PREDICTIONS_FILE = "test_predictions.txt"
+CURVE_FILE = "curve.csv"
+# curve.csv: training step and tokens, then logged metrics (Lightning's "val/ppl" -> "val_ppl")
+CURVE_COLUMNS = (
+    "step",
+    "tokens",
+    "train_loss",
+    "val_ppl",
+    "val_ppl_fwd",
+    "val_ppl_bwd",
+    "val_stateless_ppl",
+    "val_stateless_ppl_fwd",
+    "val_stateless_ppl_bwd",
+)
+CURVE_REQUIRED = CURVE_COLUMNS[:6]  # what the report reads (curves from before stateless ones)
+SEED_PREFIX = "seed"
+FRACTION_PREFIX = "fraction_"
+
+
+def run_folder(seed: int | None, fraction: float = 1.0) -> Path:
+    """A probe run's folder relative to ``<task>/<features>/<encoder>/``."""
+    if seed is None:
+        if fraction != 1.0:
+            raise ValueError("a learning-curve run has a seed")
+        return Path()
+    folder = Path(f"{SEED_PREFIX}{seed}")
+    return folder if fraction == 1.0 else folder / f"{FRACTION_PREFIX}{fraction:g}"
+
+
+def probe_run_paths(probes_dir: Path) -> list[Path]:
+    """Every probe run on all the training data under ``probes_dir``, seeded or not."""
+    return sorted(
+        [
+            *probes_dir.glob(f"*/*/*/{SEED_PREFIX}*/{METRICS_FILE}"),
+            *probes_dir.glob(f"*/*/*/{METRICS_FILE}"),
+        ]
+    )
+
+
+def learning_curve_paths(probes_dir: Path) -> list[Path]:
+    """Every learning-curve run under ``probes_dir``."""
+    return sorted(probes_dir.glob(f"*/*/*/{SEED_PREFIX}*/{FRACTION_PREFIX}*/{METRICS_FILE}"))
