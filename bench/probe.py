@@ -57,6 +57,7 @@ from elmolab.probing.engine import (
 from elmolab.probing.runner import (
     FeaturesConfig,
     GridConfig,
+    layer0_twins,
     load_splits,
     plan_jobs,
     run_cell,
@@ -194,7 +195,7 @@ def main() -> None:
         splits, labels = load_splits(task, catalog, one)
         load = time.perf_counter() - started
         data = splits[args.encoder]
-        jobs = plan_jobs(kind, grid.features, grid.seeds, settings)
+        jobs = plan_jobs(kind, modes, grid.seeds, settings, layer0_twins(settings, modes))
         measured: dict[
             tuple[float, int], tuple[float, float]
         ] = {}  # (fraction, heads) -> epoch, end

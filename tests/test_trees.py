@@ -18,15 +18,27 @@ from elmolab.probing.datasets import TreeDataset
 from elmolab.probing.engine import Head, ProbeResult, train_heads
 from elmolab.probing.trees import (
     GoldTrees,
-    distance_spearman,
-    minimum_spanning_tree,
     minimum_spanning_trees,
     padded_batches,
     plan_batches,
-    spanning_tree_edges,
     tree_distances,
-    uuas,
 )
+
+
+def spanning_tree(distances: np.ndarray, keep: np.ndarray | None = None) -> list[tuple[int, int]]:
+    """The minimum spanning tree of one graph (over its ``keep`` words)."""
+    if keep is None:
+        keep = np.ones(len(distances), dtype=bool)
+    return minimum_spanning_trees(distances[None], keep[None])[0]
+
+
+def uuas(predicted, gold, punct):
+    return GoldTrees(gold, punct).uuas(predicted)
+
+
+def distance_spearman(predicted, gold):
+    return GoldTrees(gold, [np.zeros(len(d), dtype=bool) for d in gold]).spearman(predicted)
+
 
 _DEFAULT = default_probe_settings()
 FAST = dataclasses.replace(
@@ -158,7 +170,7 @@ def test_spanning_tree_of_gold_distances_is_the_gold_tree() -> None:
         heads = _random_heads(rng, n)
         arcs = {tuple(sorted((word, head - 1))) for word, head in enumerate(heads) if head > 0}
         gold = tree_distances(heads)
-        assert set(minimum_spanning_tree(gold.astype(float))) == arcs
+        assert set(spanning_tree(gold.astype(float))) == arcs
         # Predicted distances that keep the gold order (here squared and shifted) score 1.
         report = uuas([gold.astype(np.float32) ** 2 + 0.5], [gold], [np.zeros(n, dtype=bool)])
         assert report.score == 1.0 and report.correct == report.total == [n - 1]
@@ -166,10 +178,10 @@ def test_spanning_tree_of_gold_distances_is_the_gold_tree() -> None:
 
 def test_spanning_tree_breaks_ties_by_lowest_index() -> None:
     equal = np.ones((4, 4)) - np.eye(4)
-    assert minimum_spanning_tree(equal) == [(0, 1), (0, 2), (0, 3)]
-    assert minimum_spanning_tree(np.zeros((1, 1))) == []
-    with pytest.raises(ValueError, match="finite square"):
-        minimum_spanning_tree(np.full((2, 2), np.inf))
+    assert spanning_tree(equal) == [(0, 1), (0, 2), (0, 3)]
+    assert spanning_tree(np.zeros((1, 1))) == []
+    with pytest.raises(ValueError, match="must be finite"):
+        spanning_tree(np.full((2, 2), np.inf))
 
 
 def _prim(distances: np.ndarray) -> list[tuple[int, int]]:
@@ -246,7 +258,7 @@ def test_uuas_leaves_out_punctuation() -> None:
     assert report.predicted_edges == [[(0, 1), (1, 2)]] and report.score == 1.0
     # Punctuation inside the tree: the gold edge between the words it joins is their MST edge.
     chain = tree_distances([2, 3, 0])  # 1 - 2 - 3 with 2 punctuation
-    assert spanning_tree_edges(chain, np.array([True, False, True])) == [(0, 2)]
+    assert spanning_tree(chain, np.array([True, False, True])) == [(0, 2)]
     # Fewer than 2 non-punctuation words: no edges, nothing counted.
     single = uuas([np.zeros((2, 2))], [tree_distances([0, 1])], [np.array([False, True])])
     assert (single.correct, single.total) == ([0], [0]) and np.isnan(single.score)

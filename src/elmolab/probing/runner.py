@@ -31,7 +31,7 @@ import logging
 import math
 import multiprocessing as mp
 import shutil
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -175,8 +175,8 @@ def _probe_cell(
     """Token, pair and tree tasks: every job, ``settings.workers`` at a time, largest first."""
     splits, labels = load_splits(task, data, settings)
     kind = TaskKind(task.kind)
-    twins = _layer0_twins(settings) if FeatureMode.LAYER0.value in modes else {}
-    jobs = plan_jobs(kind, modes, seeds, settings)
+    twins = layer0_twins(settings, modes)
+    jobs = plan_jobs(kind, modes, seeds, settings, twins)
     fits = _run_jobs(
         [
             lambda job=job: _fit(task, kind, job, splits[job.encoder], labels, settings)
@@ -214,18 +214,21 @@ def _probe_cell(
 
 
 def plan_jobs(
-    kind: TaskKind, modes: Sequence[str], seeds: Sequence[int], settings: ProbeSettings
+    kind: TaskKind,
+    modes: Sequence[str],
+    seeds: Sequence[int],
+    settings: ProbeSettings,
+    twins: Mapping[str, str],
 ) -> list[Job]:
     """The jobs of a cell, the big ones first: per training set (token tasks: the full one and
     each learning-curve share) and encoder, one fit of every mode and seed (but ``layer0`` of an
-    encoder whose token layer is another's: that one's runs are copied).
+    encoder in ``twins``, :func:`layer0_twins`: its runs are copied).
 
     A cell without learning-curve jobs (pair and tree tasks) splits each fit by seed: three
     encoders' fits on two workers leave one worker idle for a third of the cell, nine fits of a
     seed each keep both busy. Heads are independent, so the split changes no result; in a token
     cell the small learning-curve fits fill the gaps instead, and its bigger fits amortize a
     step's overhead over more heads."""
-    twins = _layer0_twins(settings) if FeatureMode.LAYER0.value in modes else {}
     fractions = [1.0, *settings.train_fractions] if kind is TaskKind.TOKEN else [1.0]
     for fraction in fractions:
         if not 0.0 < fraction <= 1.0:
@@ -337,10 +340,13 @@ def _write_run(
         _write_lines(run_dir / PREDICTIONS_FILE, map(" ".join, result.test_predictions))
 
 
-def _layer0_twins(settings: ProbeSettings) -> dict[str, str]:
+def layer0_twins(settings: ProbeSettings, modes: Sequence[str]) -> dict[str, str]:
     """Encoder -> an earlier encoder with the same token layer, by the digests in extract.json
     (the token-layer control and the trained biLM): their layer-0 features are identical, so
-    their layer-0 probes would be too, run for run, and are run once."""
+    their layer-0 probes would be too, run for run, and are run once. None without ``layer0``
+    among ``modes``."""
+    if FeatureMode.LAYER0.value not in modes:
+        return {}
     first_with: dict[str, str] = {}
     twins = {}
     for encoder in settings.encoders:

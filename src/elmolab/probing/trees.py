@@ -4,9 +4,9 @@ The tree probes read whole sentences, so training draws padded batches of senten
 length (:func:`plan_batches`, :func:`padded_batches`); the probes themselves are heads of the
 probe engine (:mod:`elmolab.probing.engine`). The structural probe (Hewitt and Manning 2019) is
 scored by the undirected attachment score of the minimum spanning tree of its predicted
-distances (UUAS, :func:`uuas`) and the distance Spearman correlation (DSpr,
-:func:`distance_spearman`), both as in H&M's reporter; :func:`tree_distances` gives the gold
-distances.
+distances (UUAS, :meth:`GoldTrees.uuas`, over :func:`minimum_spanning_trees`) and the distance
+Spearman correlation (DSpr, :meth:`GoldTrees.spearman`), both as in H&M's reporter;
+:func:`tree_distances` gives the gold distances.
 """
 
 from __future__ import annotations
@@ -170,19 +170,6 @@ def minimum_spanning_trees(distances: np.ndarray, keep: np.ndarray) -> list[list
     return edges
 
 
-def minimum_spanning_tree(distances: np.ndarray) -> list[tuple[int, int]]:
-    """Prim's minimum spanning tree of one complete graph: ``(n, n)`` -> ``n - 1`` edges."""
-    n = distances.shape[0]
-    if distances.shape != (n, n) or not np.isfinite(distances).all():
-        raise ValueError(f"expected a finite square matrix, got shape {distances.shape}")
-    return minimum_spanning_trees(distances[None], np.ones((1, n), dtype=bool))[0]
-
-
-def spanning_tree_edges(distances: np.ndarray, keep: np.ndarray) -> list[tuple[int, int]]:
-    """The minimum spanning tree over the words where ``keep`` ``(n,)`` is True."""
-    return minimum_spanning_trees(distances[None], np.asarray(keep, dtype=bool)[None])[0]
-
-
 @dataclass(frozen=True)
 class UuasReport:
     """UUAS over a split and its parts."""
@@ -286,27 +273,6 @@ class GoldTrees:
             rows = self._stacked(predicted, self.by_length[n], n).reshape(-1, n)
             means.append(_correlation(_centered_ranks(rows), self.ranks[n]).mean())
         return float(np.mean(means)) if means else float("nan")
-
-
-def uuas(
-    predicted: Sequence[np.ndarray],
-    gold: Sequence[np.ndarray],
-    punct: Sequence[np.ndarray],
-) -> UuasReport:
-    """UUAS of predicted distances against gold tree distances (:meth:`GoldTrees.uuas`)."""
-    if not len(predicted) == len(gold) == len(punct):
-        raise ValueError(f"{len(predicted)} predicted, {len(gold)} gold, {len(punct)} punct")
-    return GoldTrees(gold, punct).uuas(predicted)
-
-
-def distance_spearman(
-    predicted: Sequence[np.ndarray],
-    gold: Sequence[np.ndarray],
-    lengths: tuple[int, int] = DSPR_LENGTHS,
-) -> float:
-    """DSpr of predicted distances against gold tree distances (:meth:`GoldTrees.spearman`)."""
-    no_punct = [np.zeros(len(matrix), dtype=bool) for matrix in gold]
-    return GoldTrees(gold, no_punct, lengths).spearman(predicted)
 
 
 def _centered_ranks(rows: np.ndarray) -> np.ndarray:
