@@ -20,7 +20,8 @@ from elmolab.errors import ElmolabError
 
 
 class _Layers:
-    """What every split has: ``features`` ``(num_layers, tokens, dim)``."""
+    """What every split has: ``features`` ``(num_layers, tokens, dim)``, float32, float16 or
+    bfloat16 (batches become float32)."""
 
     features: torch.Tensor
 
@@ -47,10 +48,8 @@ def _check_features(features: torch.Tensor) -> int:
 class FeatureDataset(_Layers):
     """One split of a probing task in memory: each token's layers and label, sentence by sentence.
 
-    Attributes
+    Attributes (besides ``features``, see ``_Layers``)
     ----------
-    features : ``torch.Tensor``
-        ``(num_layers, tokens, dim)``, float32, float16 or bfloat16 (batches become float32).
     labels : ``torch.Tensor``
         ``(tokens,)`` int64 label ids.
     sentence_lengths : ``tuple[int, ...]``
@@ -176,10 +175,8 @@ def _flat_heads(
 class TreeDataset(_Layers):
     """One split of a tree task in memory: each word's layers, its head and whether it is punct.
 
-    Attributes
+    Attributes (besides ``features``, see ``_Layers``)
     ----------
-    features : ``torch.Tensor``
-        ``(num_layers, tokens, dim)``, float32, float16 or bfloat16 (batches become float32).
     sentence_lengths : ``tuple[int, ...]``
         Words per sentence, in order (they sum to ``tokens``; none is 0).
     heads : ``torch.Tensor``

@@ -116,8 +116,26 @@ class Cell:
         return sorted({key for run in self.runs for key in run.extra})
 
 
+class _Tested:
+    """A difference of means with the p-value of its significance test (None: not testable)."""
+
+    difference: float
+    p_value: float | None
+
+    def significant(self, alpha: float) -> bool | None:
+        return None if self.p_value is None else self.p_value < alpha
+
+    def _verdict(self, alpha: float, higher: str, lower: str) -> str:
+        """``higher`` or ``lower`` (the sign of the difference) where significant at ``alpha``."""
+        if self.p_value is None:
+            return "not testable"
+        if self.p_value >= alpha:
+            return "no significant difference"
+        return higher if self.difference > 0 else lower
+
+
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(_Tested):
     """Scalar mix against the best single layer (chosen on dev) of one task and encoder."""
 
     task: str
@@ -128,21 +146,14 @@ class Comparison:
     p_value: float | None
     method: str  # how p_value was computed, or why there is none
 
-    def significant(self, alpha: float) -> bool | None:
-        return None if self.p_value is None else self.p_value < alpha
-
     def verdict(self, alpha: float) -> str:
         if self.mix is None:
             return "n/a"
-        if self.p_value is None:
-            return "not testable"
-        if self.p_value >= alpha:
-            return "no significant difference"
-        return "mix better" if self.difference > 0 else "best layer better"
+        return self._verdict(alpha, "mix better", "best layer better")
 
 
 @dataclass(frozen=True)
-class EncoderComparison:
+class EncoderComparison(_Tested):
     """``encoder`` against ``baseline`` on one task, feature mode and training fraction."""
 
     task: str
@@ -162,16 +173,9 @@ class EncoderComparison:
     def baseline(self) -> str:
         return self.baseline_cell.encoder
 
-    def significant(self, alpha: float) -> bool | None:
-        return None if self.p_value is None else self.p_value < alpha
-
     def verdict(self, alpha: float) -> str:
         """Whether the encoder is "better" or "worse" than the baseline, or why neither."""
-        if self.p_value is None:
-            return "not testable"
-        if self.p_value >= alpha:
-            return "no significant difference"
-        return "better" if self.difference > 0 else "worse"
+        return self._verdict(alpha, "better", "worse")
 
 
 @dataclass(frozen=True)

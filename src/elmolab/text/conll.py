@@ -359,29 +359,15 @@ def read_wnut17(path: PathArg) -> list[NerSentence]:
     also separates sentences with lines holding a lone tab). Tags are IOB2 over
     :data:`WNUT17_ENTITY_TYPES`. The test gold file is ``emerging.test.annotated``.
     """
-    sentences = []
-    for first, block in _blocks(path):
-        tokens, tags = [], []
-        previous = "O"
-        for number, line in enumerate(block, start=first):
-            columns = line.split("\t")
-            if len(columns) != 2:
-                raise ElmolabError(
-                    f"expected 2 tab-separated columns (token, tag), got {len(columns)}",
-                    path,
-                    number,
-                )
-            token, tag = columns
-            if not token:
-                raise ElmolabError("empty token", path, number)
-            _check_tag(tag, previous, TagScheme.IOB2, path, number, WNUT17_ENTITY_TYPES)
-            previous = tag
-            tokens.append(token)
-            tags.append(tag)
-        sentences.append(NerSentence(tuple(tokens), tuple(tags)))
-    if not sentences:
-        raise _no_sentences(path)
-    return sentences
+    return read_columns(
+        path,
+        TagScheme.IOB2,
+        token_column=0,
+        label_column=1,
+        separator=Separator.TAB,
+        names=("token", "tag"),
+        types=WNUT17_ENTITY_TYPES,
+    )
 
 
 def read_columns(
@@ -391,21 +377,26 @@ def read_columns(
     token_column: int = 0,
     label_column: int = -1,
     separator: Separator = Separator.WHITESPACE,
+    names: tuple[str, ...] | None = None,
+    types: frozenset[str] | None = None,
 ) -> list[NerSentence]:
     """Read a column file of tokens and span tags into one :class:`NerSentence` per sentence.
 
     Format (CoNLL-2003 NER: ``EU NNP B-NP B-ORG``): one line per token, its fields split by
     ``separator``; the token and the tag are the fields at ``token_column`` and ``label_column``
-    (Python indices: -1 is the last), and every line has as many fields as the first. A blank line
-    ends a sentence, and so does a ``-DOCSTART-`` line, which is skipped. The tags are checked
-    against ``scheme`` (any span types) and converted to IOB2.
+    (Python indices: -1 is the last), and every line has as many fields as the first (given
+    ``names``, one per field: exactly that many). A blank line ends a sentence, and so does a
+    ``-DOCSTART-`` line, which is skipped. The tags are checked against ``scheme`` (and, given,
+    the span ``types``) and converted to IOB2.
     """
     sentences = []
-    for numbers, tokens, tags in _column_sentences(path, token_column, label_column, separator):
+    for numbers, tokens, tags in _column_sentences(
+        path, token_column, label_column, separator, names
+    ):
         iob2 = []
         previous = "O"
         for tag, number in zip(tags, numbers, strict=True):
-            iob2.append(_check_tag(tag, previous, scheme, path, number))
+            iob2.append(_check_tag(tag, previous, scheme, path, number, types))
             previous = tag
         _check_closed(previous, scheme, path, numbers[-1], "the sentence ends after")
         sentences.append(NerSentence(tuple(tokens), tuple(iob2)))
@@ -427,7 +418,11 @@ def column_scheme(
 
 
 def _column_sentences(
-    path: PathArg, token_column: int, label_column: int, separator: Separator
+    path: PathArg,
+    token_column: int,
+    label_column: int,
+    separator: Separator,
+    names: tuple[str, ...] | None = None,
 ) -> Iterator[tuple[list[int], list[str], list[str]]]:
     """Yield ``(line numbers, tokens, tags)`` for each sentence of a column file (see
     :func:`read_columns`), checking the field counts; the tags are left as written."""
@@ -437,6 +432,13 @@ def _column_sentences(
         numbers, tokens, tags = [], [], []
         for number, line in enumerate(block, start=first):
             fields = line.split(split_on)
+            if names is not None and len(fields) != len(names):
+                raise ElmolabError(
+                    f"expected {len(names)} {separator}-separated columns"
+                    f" ({', '.join(names)}), got {len(fields)}",
+                    path,
+                    number,
+                )
             if not width:
                 width, width_line = len(fields), number
                 _check_columns(width, token_column, label_column, separator, path, number)
