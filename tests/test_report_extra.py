@@ -2,6 +2,7 @@
 under random LSTMs) beside trained and random, the trained vs token layer comparison, probe
 learning curves (fraction_<f>/ runs) and the dependency tasks (deparc, the structural probe)."""
 
+import html
 import json
 import re
 from pathlib import Path
@@ -11,14 +12,17 @@ import pytest
 from fixtures.report.fake_artifacts import (
     SEEDS,
     build_report,
+    report_config,
     write,
     write_pretraining,
     write_probe_runs,
     write_semcor,
 )
+from omegaconf import OmegaConf
 
+from elmolab.config import section
 from elmolab.errors import ElmolabError
-from elmolab.report import tables
+from elmolab.report import ReportConfig, gather, sections, tables, write_report
 from elmolab.report.build import ReportData, SignificanceConfig
 from elmolab.report.collect import (
     PerSentence,
@@ -399,8 +403,8 @@ def test_structural_table_has_uuas_and_dspr_per_mode_and_encoder(tmp_path):
 def test_the_report_shows_three_encoders_and_the_new_sections(complete_report):
     _, out = complete_report
     page = (out / "index.html").read_text(encoding="utf-8")
-    for section in ("trained-vs-token-layer", "learning-curves", "structural-probe"):
-        assert f'id="{section}"' in page and f'href="#{section}"' in page
+    for anchor in ("trained-vs-token-layer", "learning-curves", "structural-probe"):
+        assert f'id="{anchor}"' in page and f'href="#{anchor}"' in page
     assert page.count('src="data:image/png;base64,') == 6
     assert 'alt="probe learning curves"' in page
     assert (out / "figures" / "probe_learning_curves.png").read_bytes()[:4] == b"\x89PNG"
@@ -453,3 +457,30 @@ def test_summary_json_has_the_new_numbers(complete_report):
     assert row["dspr"] == pytest.approx([0.801, 0.802, 0.803])
     assert row["dspr_mean"] == pytest.approx(0.802) and row["dspr_std"] == pytest.approx(0.001)
     assert summary["probes"]["structural"]["layer1"]["trained"]["extra"]["test_dspr"] == row["dspr"]
+
+
+def test_html_and_markdown_render_every_table_of_one_model(tmp_path):
+    """index.html and summary.md come from the same Table objects: every header and every cell
+    of every section shows in both (Markdown as its pipe rows, HTML as its cells)."""
+    write_complete_artifacts(tmp_path)
+    cfg = report_config(tmp_path, **{"polysemy.enabled": False})
+    config = section(cfg, "report", ReportConfig)
+    data = gather(config, "test report", OmegaConf.to_yaml(cfg), seed=1, cwd=tmp_path)
+    out = tmp_path / "artifacts" / "report"
+    write_report(data, config, out)
+    page = html.unescape((out / "index.html").read_text(encoding="utf-8"))
+    markdown = (out / "summary.md").read_text(encoding="utf-8").splitlines()
+    built = sections.Sections.of(data)
+    present = [t for t in vars(built).values() if t is not None]
+    assert len(present) == 7  # every section of the complete fixture has its table
+    for table in present:
+        header = "| " + " | ".join(
+            c.title + (f" ({c.detail})" if c.detail else "") for c in table.columns
+        )
+        assert any(line.startswith(header) for line in markdown), header
+        for row in table.rows:
+            texts = [c.text.replace("|", "\\|") for c in row]
+            assert any(all(t in line for t in texts) for line in markdown if line.startswith("|"))
+            assert all(c.text in page for c in row)
+        if table.note:
+            assert table.note in page and table.note in markdown

@@ -6,6 +6,7 @@ import base64
 import csv
 import io
 import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,26 +14,14 @@ import jinja2
 import numpy as np
 
 from elmolab.report import tables
-from elmolab.report.collect import FEATURE_ORDER, STRUCTURAL_TASK, encoder_label, ordered
-from elmolab.report.polysemy import Target
+from elmolab.report.collect import FEATURE_ORDER, STRUCTURAL_TASK, ordered
+from elmolab.report.sections import ENCODER_METHOD, SIGNIFICANCE_METHOD, Sections
 from elmolab.report.stats import Cell, EncoderComparison
 
 if TYPE_CHECKING:
     from elmolab.report.build import ReportData
 
 TEMPLATES = Path(__file__).parent / "templates"
-SIGNIFICANCE_METHOD = (
-    "Scalar mix vs the best single layer (chosen on dev), test set: a paired bootstrap over "
-    "test sentences when per-sentence counts exist (accuracy tasks), else a paired t-test over "
-    "seeds; two-sided, significant when p < {alpha}."
-)
-ENCODER_METHOD = (
-    "Trained biLM minus its trained token layer (char CNN, highway, projection) under random "
-    "orthogonal LSTMs, same task, features and seeds, test set: a paired bootstrap over test "
-    "sentences when per-sentence counts exist, else a paired t-test over seeds; two-sided, "
-    "significant when p < {alpha}. On layer0 both encoders have the same features by "
-    "construction, so the difference there is 0."
-)
 FIGURE_CAPTIONS = {
     "pretraining_curves": "Pretraining: validation perplexity of each direction and their "
     "mean against training tokens (log scale; dashed: the unigram baseline), and the "
@@ -52,20 +41,21 @@ FIGURE_CAPTIONS = {
 }
 
 
-def _environment() -> jinja2.Environment:
+def _environment(html: bool = True) -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
-        autoescape=jinja2.select_autoescape(["html"]),
+        autoescape=html,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        keep_trailing_newline=True,
     )
 
 
 def render_html(data: ReportData, pngs: dict[str, bytes], embed: bool) -> str:
-    """``index.html``: figures as data URIs when ``embed``, else links into figures/."""
+    """``index.html``: every section; figures embedded (``embed``) or linked from figures/."""
     images = {
-        name: "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+        name: f"data:image/png;base64,{base64.b64encode(png).decode('ascii')}"
         if embed
         else f"figures/{name}.png"
         for name, png in pngs.items()
@@ -77,159 +67,22 @@ def render_html(data: ReportData, pngs: dict[str, bytes], embed: bool) -> str:
             data=data,
             images=images,
             captions=FIGURE_CAPTIONS,
-            headline=tables.headline(data),
             findings=tables.findings(data),
-            results=tables.results_table(data),
-            pretraining=tables.pretraining_table(data),
-            selectivity=tables.selectivity_table(data),
-            token_rows=tables.trained_vs_token_layer(data),
-            curve_fractions=[
-                tables.fraction_text(x) for x in tables.learning_curve_fractions(data)
-            ],
-            curve_rows=tables.learning_curve_table(data),
-            structural=tables.structural_table(data),
-            structural_caption=tables.STRUCTURAL_CAPTION,
-            labels={e: encoder_label(e) for e in data.encoders},
-            short_labels={e: encoder_label(e, short=True) for e in data.encoders},
-            method=SIGNIFICANCE_METHOD.format(alpha=data.significance.alpha),
-            encoder_method=ENCODER_METHOD.format(alpha=data.significance.alpha),
+            tables=Sections.of(data),
         )
     )
 
 
 def render_markdown(data: ReportData, pngs: dict[str, bytes]) -> str:
     """``summary.md``: the same tables and findings; figures linked from figures/."""
-    out = [f"# {data.title}", "", f"Code version: {data.version}", ""]
-    if data.inputs.missing:
-        out += ["**Missing inputs:**", "", *[f"- {line}" for line in data.inputs.missing], ""]
-    out += ["## Main result", "", *[f"- {line}" for line in tables.findings(data)], ""]
-    headline = tables.headline(data)
-    if headline:
-        main = encoder_label(tables.main_encoder(data), short=True)
-        baselines = [encoder_label(e, short=True) for e in tables.baseline_encoders(data)]
-        out += _md_table(
-            [
-                "task",
-                "best single layer",
-                "scalar mix",
-                "mix − layer",
-                "p",
-                "verdict",
-                *(
-                    column
-                    for name in baselines
-                    for column in (f"{name}: best layer", f"{name}: mix", f"{main} − {name}")
-                ),
-            ],
-            [
-                [
-                    r.task,
-                    f"{r.best_layer} {r.best_value}",
-                    r.mix_value,
-                    r.difference,
-                    r.p_value,
-                    r.verdict,
-                    *(value for b in r.baselines for value in (b.best, b.mix, b.gain)),
-                ]
-                for r in headline
-            ],
+    text = (
+        _environment(html=False)
+        .get_template("report.md")
+        .render(
+            data=data, figures=list(pngs), findings=tables.findings(data), tables=Sections.of(data)
         )
-        out += ["", SIGNIFICANCE_METHOD.format(alpha=data.significance.alpha), ""]
-    out += [f"![{name}](figures/{name}.png)" for name in pngs] + [""]
-    token_rows = tables.trained_vs_token_layer(data)
-    if token_rows:
-        out += ["## Trained biLM vs trained token layer", ""]
-        out += _md_table(
-            ["task", "features", "trained", "token layer", "difference", "p", "verdict"],
-            [
-                [r.task, r.features, r.value, r.baseline_value, r.difference, r.p_value, r.verdict]
-                for r in token_rows
-            ],
-        )
-        out += ["", ENCODER_METHOD.format(alpha=data.significance.alpha), ""]
-    curve_rows = tables.learning_curve_table(data)
-    if curve_rows:
-        fractions = [tables.fraction_text(x) for x in tables.learning_curve_fractions(data)]
-        out += ["## Probe learning curves", ""]
-        out += [
-            "Test score by fraction of training sentences, mean ± std over seeds; "
-            f"*: significant difference (p < {data.significance.alpha}).",
-            "",
-        ]
-        out += _md_table(
-            ["task", "features", "encoder", *fractions],
-            [
-                [r.task, r.features, r.label if r.difference else encoder_label(r.label), *r.values]
-                for r in curve_rows
-            ],
-        )
-        out += [""]
-    structural = tables.structural_table(data)
-    if structural:
-        out += ["## Structural probe (Hewitt and Manning 2019)", ""]
-        out += _md_table(
-            ["features", "encoder", "UUAS", "DSpr", "ELMo UUAS (paper)"],
-            [
-                [r.features, encoder_label(r.encoder), r.uuas, r.dspr, r.reference]
-                for r in structural
-            ],
-        )
-        out += ["", tables.STRUCTURAL_CAPTION, ""]
-    out += ["## Pretraining", ""]
-    out += _md_table(["", "trained biLM", "random init"], tables.pretraining_table(data))
-    results = tables.results_table(data)
-    if results:
-        out += ["", "## Test scores: mean ± std over seeds (n)", ""]
-        out += [
-            "**bold**: best single layer of the task (on dev); ≈: scalar mix not significantly "
-            "different from it.",
-            "",
-        ]
-        out += _md_table(
-            ["task", "features", *(encoder_label(e) for e in data.encoders)],
-            [[task, mode, *(_md_cell(c) for c in cells)] for task, mode, cells in results],
-        )
-    if data.selectivity:
-        out += ["", "## Selectivity", ""]
-        out += _md_table(
-            ["task", "features", "encoder", "task acc.", "control acc.", "selectivity (n)"],
-            tables.selectivity_table(data),
-        )
-    if data.polysemy:
-        layers = ", ".join(map(str, data.polysemy_layers))
-        out += ["", "## Polysemy: nearest neighbours", ""]
-        out += [
-            "Layer 0: nearest vocabulary words (cosine). In context: nearest SemCor occurrences "
-            f"(mean of layers {layers}), with their gold sense key and lexicographer file.",
-            "",
-        ]
-        for word in data.polysemy:
-            static = ", ".join(f"{w} ({s:.2f})" for w, s in word.static)
-            out += [f"**{word.word}**, layer 0 (context-free): {static}", ""]
-            for example in word.examples:
-                out += [f"- *{_md_window(example.example)}*"]
-                out += [
-                    f"  - {n.similarity:.2f} `{n.sense_key}` ({n.lexname}): {_md_window(n.target)}"
-                    for n in example.neighbours
-                ]
-            out += [""]
-    out += ["## Configuration", "", "```yaml", data.params_yaml.rstrip(), "```", ""]
-    return "\n".join(out)
-
-
-def _md_window(target: Target) -> str:
-    left, word, right = target.window()
-    return " ".join(part for part in (left, f"**{word}**", right) if part)
-
-
-def _md_cell(cell: tables.ResultCell) -> str:
-    text = f"**{cell.text}**" if cell.best_layer else cell.text
-    return text + (" ≈" if cell.not_significant else "")
-
-
-def _md_table(header: list[str], rows: list[Any]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(str(value) for value in row) + " |" for row in rows]
+    )
+    return re.sub(r"\n{3,}", "\n\n", text)  # the template's optional sections leave gaps
 
 
 def _number(value: float | None) -> float | None:

@@ -1,0 +1,289 @@
+"""The report's tables as one model: each section's :class:`Table`, which the HTML template
+(``templates/report.html``) and the Markdown template (``templates/report.md``) both render.
+
+:mod:`elmolab.report.tables` computes each section's rows (what the numbers are); this module lays
+them out (columns, cells, emphasis, hover text, notes) once, so that the two renderings cannot
+drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from elmolab.report import tables
+from elmolab.report.collect import encoder_label
+
+if TYPE_CHECKING:
+    from elmolab.report.build import ReportData
+
+SIGNIFICANCE_METHOD = (
+    "Scalar mix vs the best single layer (chosen on dev), test set: a paired bootstrap over "
+    "test sentences when per-sentence counts exist (accuracy tasks), else a paired t-test over "
+    "seeds; two-sided, significant when p < {alpha}."
+)
+ENCODER_METHOD = (
+    "Trained biLM minus its trained token layer (char CNN, highway, projection) under random "
+    "orthogonal LSTMs, same task, features and seeds, test set: a paired bootstrap over test "
+    "sentences when per-sentence counts exist, else a paired t-test over seeds; two-sided, "
+    "significant when p < {alpha}. On layer0 both encoders have the same features by "
+    "construction, so the difference there is 0."
+)
+
+
+@dataclass(frozen=True)
+class Column:
+    title: str
+    detail: str = ""  # a second, smaller header line (Markdown: in parentheses)
+
+
+@dataclass(frozen=True)
+class TableCell:
+    text: str
+    numeric: bool = False  # right-aligned figures
+    detail: str = ""  # smaller text after the main text (Markdown: in parentheses)
+    hover: str = ""  # how a figure came about (HTML: a tooltip; Markdown drops it)
+    bold: bool = False
+    italic: bool = False
+    badge: str = ""  # a verdict's class (good, bad, neutral): HTML draws a badge
+    not_significant: bool = False  # a scalar mix not significantly different: marked ≈
+
+    @property
+    def classes(self) -> str:
+        """The HTML cell's CSS classes."""
+        names = [("num", self.numeric), ("best", self.bold), ("ns", self.not_significant)]
+        return " ".join(name for name, on in names if on)
+
+
+@dataclass(frozen=True)
+class Table:
+    columns: list[Column]
+    rows: list[list[TableCell]]
+    group_starts: list[bool] = field(default_factory=list)  # per row: a rule above it (HTML)
+    note_before: str = ""  # what the figures are, above the table
+    note: str = ""  # below the table
+
+
+def _columns(*titles: str | tuple[str, str]) -> list[Column]:
+    """Columns from titles, or (title, detail) pairs."""
+    return [Column(*title) if isinstance(title, tuple) else Column(title) for title in titles]
+
+
+def _number(text: str, hover: str = "") -> TableCell:
+    return TableCell(text, numeric=True, hover=hover)
+
+
+def _test_cells(difference: str, p_value: str, verdict: str, badge: str, method: str):
+    """A comparison's difference, its p-value and verdict (both hover with the test's method)."""
+    return [
+        _number(difference),
+        _number(p_value, method),
+        TableCell(verdict, badge=badge, hover=method),
+    ]
+
+
+def _starts(keys: list[object]) -> list[bool]:
+    """A new group wherever the key differs from the row above."""
+    return [i == 0 or key != keys[i - 1] for i, key in enumerate(keys)]
+
+
+def headline(data: ReportData) -> Table | None:
+    """Main result: per task, the trained biLM's best single layer against its scalar mix, and
+    every baseline encoder's best layer and mix beside them."""
+    rows = tables.headline(data)
+    if not rows:
+        return None
+    columns = _columns(
+        "task",
+        ("best single layer", "trained, chosen on dev"),
+        "its score",
+        ("scalar mix", "trained"),
+        "mix − layer",
+        "p",
+        "verdict",
+    )
+    for b in rows[0].baselines:
+        label = encoder_label(b.encoder, short=True)
+        columns += [
+            Column(f"{label} encoder", "best layer · mix"),
+            Column(f"trained − {label}", "best layers"),
+        ]
+    cells = [
+        [
+            TableCell(r.task, bold=True, detail=r.metric),
+            TableCell(r.best_layer),
+            _number(r.best_value),
+            _number(r.mix_value),
+            *_test_cells(r.difference, r.p_value, r.verdict, r.verdict_class, r.method),
+            *(
+                cell
+                for b in r.baselines
+                for cell in (_number(f"{b.best} · {b.mix}"), _number(b.gain))
+            ),
+        ]
+        for r in rows
+    ]
+    method = SIGNIFICANCE_METHOD.format(alpha=data.significance.alpha)
+    note = f"Test scores in %, mean ± std over seeds. {method}"
+    return Table(columns, cells, [False] * len(cells), note=note)
+
+
+def pretraining(data: ReportData) -> Table:
+    rows = tables.pretraining_table(data)
+    return Table(
+        _columns("", "trained biLM", "random init"),
+        [[TableCell(label), _number(trained), _number(random)] for label, trained, random in rows],
+        [False] * len(rows),
+    )
+
+
+def trained_vs_token_layer(data: ReportData) -> Table | None:
+    rows = tables.trained_vs_token_layer(data)
+    if not rows:
+        return None
+    method = ENCODER_METHOD.format(alpha=data.significance.alpha)
+    return Table(
+        _columns(
+            "task",
+            "features",
+            encoder_label("trained"),
+            encoder_label("token_only"),
+            ("difference", "points"),
+            "p",
+            "verdict",
+        ),
+        [
+            [
+                TableCell(r.task),
+                TableCell(r.features),
+                _number(r.value),
+                _number(r.baseline_value),
+                *_test_cells(r.difference, r.p_value, r.verdict, r.verdict_class, r.method),
+            ]
+            for r in rows
+        ],
+        _starts([r.task for r in rows]),
+        note_before="What pretraining the LSTMs added beyond a good token layer: the trained biLM"
+        " against its own token layer (char CNN, highway, projection) under random orthogonal"
+        " LSTMs.",
+        note=f"Test scores in %, mean ± std over seeds. {method}",
+    )
+
+
+def learning_curves(data: ReportData) -> Table | None:
+    rows = tables.learning_curve_table(data)
+    if not rows:
+        return None
+    fractions = [tables.fraction_text(x) for x in tables.learning_curve_fractions(data)]
+    return Table(
+        _columns("task", "features", "encoder", *fractions),
+        [
+            [
+                TableCell(r.task),
+                TableCell(r.features),
+                TableCell(r.label, italic=True)
+                if r.difference
+                else TableCell(encoder_label(r.label, short=True)),
+                *(_number(value, title) for value, title in zip(r.values, r.titles, strict=True)),
+            ]
+            for r in rows
+        ],
+        _starts([(r.task, r.features) for r in rows]),
+        note_before="Test score by fraction of the task's training sentences, mean ± std over"
+        " seeds. Difference rows: trained biLM minus its token layer under random LSTMs, in"
+        f" points; *: significant (p < {data.significance.alpha}, paired test as above).",
+    )
+
+
+def structural(data: ReportData) -> Table | None:
+    rows = tables.structural_table(data)
+    if not rows:
+        return None
+    return Table(
+        _columns("features", "encoder", "UUAS (%)", "DSpr", ("ELMo UUAS", "paper, PTB")),
+        [
+            [
+                TableCell(r.features),
+                TableCell(encoder_label(r.encoder)),
+                _number(r.uuas),
+                _number(r.dspr),
+                _number(r.reference),
+            ]
+            for r in rows
+        ],
+        _starts([r.features for r in rows]),
+        note=tables.STRUCTURAL_CAPTION,
+    )
+
+
+def selectivity(data: ReportData) -> Table | None:
+    rows = tables.selectivity_table(data)
+    if not rows:
+        return None
+    return Table(
+        _columns(
+            "task",
+            "features",
+            "encoder",
+            "task accuracy",
+            "control accuracy",
+            "selectivity ± std (n)",
+        ),
+        [[*map(TableCell, row[:3]), *map(_number, row[3:])] for row in rows],
+        [False] * len(rows),
+    )
+
+
+def all_results(data: ReportData) -> Table | None:
+    rows = tables.results_table(data)
+    if not rows:
+        return None
+    return Table(
+        [Column("task"), Column("features"), *(Column(encoder_label(e)) for e in data.encoders)],
+        [
+            [
+                TableCell(task),
+                TableCell(mode),
+                *(
+                    TableCell(
+                        c.text,
+                        numeric=True,
+                        bold=c.best_layer,
+                        not_significant=c.not_significant,
+                    )
+                    for c in cells
+                ),
+            ]
+            for task, mode, cells in rows
+        ],
+        _starts([task for task, _, _ in rows]),
+        note_before="Bold: the task's best single layer (chosen on dev). ≈: the scalar mix is"
+        " not significantly different from it"
+        f" (p ≥ {data.significance.alpha}). n/a: the mode does not apply (WSD 1-NN trains no"
+        " scalar mix).",
+    )
+
+
+@dataclass(frozen=True)
+class Sections:
+    """Every table of the report (None: a section without results yet)."""
+
+    headline: Table | None
+    pretraining: Table
+    token_layer: Table | None
+    curves: Table | None
+    structural: Table | None
+    selectivity: Table | None
+    results: Table | None
+
+    @classmethod
+    def of(cls, data: ReportData) -> Sections:
+        return cls(
+            headline=headline(data),
+            pretraining=pretraining(data),
+            token_layer=trained_vs_token_layer(data),
+            curves=learning_curves(data),
+            structural=structural(data),
+            selectivity=selectivity(data),
+            results=all_results(data),
+        )
