@@ -1,4 +1,11 @@
-"""Shared test setup: offline, no W&B, small thread counts, and the data folder."""
+"""Shared test setup: offline, no W&B, one intra-op thread, and what several test modules use.
+
+Here: the data folder and the reference model (fixtures), ``expect_error`` (the one-line error
+that names its file and line) and ``default_probe_settings``. Bigger shared fixtures live in
+``tests/fixtures/``: ``workspace.py`` (mini data, tiny encoders and their extracted features, for
+the stage tests) and ``report/fake_artifacts.py`` (probe runs and pretraining results for the
+report tests).
+"""
 
 import os
 from pathlib import Path
@@ -40,6 +47,21 @@ def pytest_configure(config):
     import torch
 
     torch.set_num_threads(1)
+
+
+def expect_error(call, path, line, problem: str) -> None:
+    """``call()`` raises an ElmolabError of one line, ``path:line: ...problem...``, that names
+    ``path`` and ``line`` (None: not given) as its attributes too."""
+    from elmolab.errors import ElmolabError
+
+    with pytest.raises(ElmolabError) as caught:
+        call()
+    error = caught.value
+    message = str(error)
+    assert (error.path, error.line) == (None if path is None else str(path), line), message
+    where = "" if path is None else str(path) if line is None else f"{path}:{line}"
+    assert message.startswith(f"{where}: " if where else ""), message
+    assert problem in message and "\n" not in message, message
 
 
 def default_probe_settings():

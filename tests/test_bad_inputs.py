@@ -29,8 +29,8 @@ from typing import NamedTuple
 import h5py
 import pytest
 import torch
+from fixtures.workspace import FIXTURE_OPTIONS, make_workspace
 from omegaconf import DictConfig, OmegaConf
-from test_extract import FIXTURE_OPTIONS, make_workspace
 
 from elmolab.models.bilm import BiLM, BiLMOptions
 

@@ -4,17 +4,16 @@ every malformed input reported with its file and line."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import expect_error
 from omegaconf import OmegaConf
 from seqeval.metrics import f1_score
 from seqeval.scheme import IOB1, IOB2, IOBES
 
 from elmolab.config import section
-from elmolab.errors import ElmolabError
 from elmolab.probing.metrics import LabelVocabulary, span_f1, task_score
 from elmolab.probing.tasks import ColumnsConfig, DatasetConfig, TaskConfig, read_split, task_labels
 from elmolab.text.conll import (
@@ -292,19 +291,6 @@ def test_tab_separated_tokens_keep_their_spaces(tmp_path: Path) -> None:
     path = write(tmp_path, "tab.txt", "New York\tB-LOC\nis\tO\n")
     [sentence] = read_columns(path, TagScheme.IOB2, separator=Separator.TAB)
     assert sentence.tokens == ("New York", "is") and sentence.tags == ("B-LOC", "O")
-
-
-def expect_error(
-    call: Callable[[], object], path: Path | None, line: int | None, problem: str
-) -> None:
-    """``call`` raises one ElmolabError line: ``path:line: problem``."""
-    with pytest.raises(ElmolabError) as caught:
-        call()
-    error = caught.value
-    assert (error.path, error.line) == (None if path is None else str(path), line)
-    where = "" if path is None else str(path) if line is None else f"{path}:{line}"
-    assert str(error).startswith(f"{where}: " if where else "")
-    assert problem in str(error) and "\n" not in str(error)
 
 
 GOOD = "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\n"  # lines 1-5

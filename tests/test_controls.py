@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_extract import FIXTURE_OPTIONS
+from fixtures.workspace import FIXTURE_OPTIONS
 
 from elmolab.controls import token_layer_control
 from elmolab.errors import ElmolabError

@@ -20,8 +20,8 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 import torch
+from fixtures.workspace import DIM, ROOT, compose, write_mini_data
 from omegaconf import DictConfig, OmegaConf
-from test_extract import DIM, ROOT, compose, write_mini_data
 
 from elmolab.config import section
 from elmolab.embed import embed_sentences

@@ -1,151 +1,25 @@
 """Extract stage: slices of the real probing data through a tiny biLM -> feature files.
 
-The fixtures here (slices of ``data/probing`` in the same layout, two tiny encoders, a composed
-config pointing at them) are shared with ``test_probe_stage.py``.
+Runs on the mini workspace of ``tests/fixtures/workspace.py`` (slices of ``data/probing``, two
+tiny encoders, a composed config pointing at them).
 """
 
-import gzip
 import json
-import re
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 import torch
-import yaml
-from omegaconf import DictConfig, OmegaConf
+from fixtures.workspace import DIM, SENTENCES, make_workspace
+from omegaconf import DictConfig
 
 from elmolab.config import section
-from elmolab.controls import token_layer_control
 from elmolab.embed import embed_sentences
 from elmolab.errors import ElmolabError
 from elmolab.extract import ExtractConfig, extract, extract_split, load_encoder
 from elmolab.io.features import feature_path, read_features, units_path
-from elmolab.models.bilm import BiLM, BiLMOptions
-from elmolab.models.bilm_tf import export_bilm, save_bilm_checkpoint
-from elmolab.params import compose_params
 from elmolab.probing.tasks import multiword_parts, read_split_features
-
-ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "conf"
-FIXTURE_OPTIONS = ROOT / "data" / "reference" / "elmo_fixture" / "options.json"
-SENTENCES = 150  # per column-format split: enough that dev and test labels occur in train
-WSD_SENTENCES = 40  # per WSD split
-DIM = 32  # 2 * the fixture's projection (16)
-COLUMN_FILES = [
-    "ud_english_ewt/en_ewt-ud-train.conllu",
-    "ud_english_ewt/en_ewt-ud-dev.conllu",
-    "ud_english_ewt/en_ewt-ud-test.conllu",
-    "conll2000/train.txt",
-    "conll2000/test.txt",
-    "wnut17/wnut17train.conll",
-    "wnut17/emerging.dev.conll",
-    "wnut17/emerging.test.annotated",
-]
-RAGANATO_SETS = ["ALL", "semeval2007"]
-
-
-def _first_blocks(text: str, n: int) -> str:
-    """The first ``n`` blank-line-separated blocks (a whitespace-only line is blank)."""
-    kept, blocks, in_block = [], 0, False
-    for line in text.splitlines():
-        blank = not line.strip()
-        if blank and in_block:
-            blocks += 1
-            if blocks == n:
-                break
-        in_block = not blank
-        kept.append(line)
-    return "\n".join(kept) + "\n"
-
-
-def write_mini_data(data: Path, dest: Path) -> None:
-    """Slices of ``data/probing`` under ``dest/probing`` (same layout, so ``paths.data=dest``
-    points every config path at them), with WordNet cut to the lemmas the slices use."""
-    source, target = data / "probing", dest / "probing"
-    for name in COLUMN_FILES:
-        (target / name).parent.mkdir(parents=True, exist_ok=True)
-        text = (source / name).read_text(encoding="utf-8")
-        (target / name).write_text(_first_blocks(text, SENTENCES), encoding="utf-8")
-
-    lemmas: set[str] = set()
-    semcor = "wsd/semcor30/semcor30.tsv.gz"
-    lines, sentences = [], []
-    with gzip.open(source / semcor, "rt", encoding="utf-8") as fin:
-        for line in fin:
-            sentence = line.split("\t")[0].rpartition(".")[0]
-            if not line.startswith("#") and sentence not in sentences:
-                if len(sentences) == WSD_SENTENCES:
-                    break
-                sentences.append(sentence)
-            lines.append(line)
-            keys = line.split("\t")[4]
-            lemmas.update(key.partition("%")[0] for key in keys.split(";") if "%" in key)
-    (target / semcor).parent.mkdir(parents=True)
-    with gzip.open(target / semcor, "wt", encoding="utf-8") as fout:
-        fout.writelines(lines)
-
-    for name in RAGANATO_SETS:
-        folder = Path("wsd/raganato_eval") / name
-        (target / folder).mkdir(parents=True)
-        xml = (source / folder / f"{name}.data.xml").read_text(encoding="utf-8")
-        end = [m.end() for m in re.finditer("</sentence>", xml)][WSD_SENTENCES - 1]
-        kept = xml[:end] + "\n</text>\n</corpus>\n"
-        (target / folder / f"{name}.data.xml").write_text(kept, encoding="utf-8")
-        ids = set(re.findall(r'<instance id="([^"]+)"', kept))
-        lemmas.update(
-            lemma.lower() for lemma in re.findall(r'<instance [^>]*lemma="([^"]+)"', kept)
-        )
-        gold = (source / folder / f"{name}.gold.key.txt").read_text(encoding="utf-8")
-        gold_lines = [line for line in gold.splitlines(keepends=True) if line.split()[0] in ids]
-        for line in gold_lines:
-            lemmas.update(key.partition("%")[0] for key in line.split()[1:])
-        (target / folder / f"{name}.gold.key.txt").write_text("".join(gold_lines), "utf-8")
-
-    wordnet = "wsd/wordnet30/index.sense"
-    (target / wordnet).parent.mkdir(parents=True)
-    index = (source / wordnet).read_text(encoding="utf-8").splitlines(keepends=True)
-    kept_index = [line for line in index if line.partition("%")[0] in lemmas]
-    (target / wordnet).write_text("".join(kept_index), encoding="utf-8")
-
-
-def write_tiny_encoders(artifacts: Path) -> None:
-    """Two random biLMs of the fixture's shape: ``bilm`` as a checkpoint, ``bilm_random`` as
-    bilm-tf files only (both ways of loading an encoder), and ``bilm_token``, the token-layer
-    control of ``bilm``."""
-    options = BiLMOptions.from_json(FIXTURE_OPTIONS)
-    torch.manual_seed(1)
-    (artifacts / "bilm").mkdir(parents=True)
-    save_bilm_checkpoint(BiLM(options), artifacts / "bilm" / "model.pt")
-    torch.manual_seed(2)
-    (artifacts / "bilm_random").mkdir(parents=True)
-    random = BiLM(options)
-    export_bilm(
-        random, artifacts / "bilm_random/options.json", artifacts / "bilm_random/weights.hdf5"
-    )
-    (artifacts / "bilm" / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\n", encoding="utf-8")
-    token_layer_control(artifacts / "bilm", artifacts / "bilm_token", seed=1)
-
-
-def compose(root: Path, *overrides: str) -> DictConfig:
-    """The real config, pointed at ``root/data`` and ``root/artifacts``."""
-    text = compose_params(
-        CONF,
-        [f"paths.data={root / 'data'}", f"paths.artifacts={root / 'artifacts'}", *overrides],
-    )
-    return OmegaConf.create(yaml.safe_load(text))
-
-
-def make_workspace(data_dir: Path, root: Path, *overrides: str) -> DictConfig:
-    """Mini data and tiny encoders under ``root``, extracted into ``root/artifacts/features``;
-    returns the config (with ``overrides``) pointing at them."""
-    torch.set_num_threads(1)
-    write_mini_data(data_dir, root / "data")
-    write_tiny_encoders(root / "artifacts")
-    cfg = compose(root, "extract.num_threads=1", *overrides)
-    extract(section(cfg, "extract", ExtractConfig), root / "artifacts" / "features")
-    return cfg
 
 
 @pytest.fixture(scope="module")

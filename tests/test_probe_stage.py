@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fixtures.workspace import SENTENCES, make_workspace
 from omegaconf import DictConfig, OmegaConf
-from test_extract import SENTENCES, make_workspace
 
 from elmolab.config import load_params, section
 from elmolab.errors import ElmolabError

@@ -3,7 +3,6 @@ together equals training each alone; datasets, labels, control task."""
 
 import dataclasses
 import json
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -59,15 +58,6 @@ def _split(
         features, vocabulary.encode(tags), heads if pair else None
     )
     return dataset, tags
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny tensors: more threads only add synchronisation, which stalls on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import expect_error
 
-from elmolab.errors import ElmolabError
 from elmolab.text.conll import read_conll2000, read_conllu, read_lines, read_wnut17
 from elmolab.text.wsd import (
     WordNetSenseIndex,
@@ -56,17 +55,6 @@ def write(folder: Path, name: str, content: str | bytes) -> Path:
         content = content.encode("utf-8")
     path.write_bytes(gzip.compress(content) if name.endswith(".gz") else content)
     return path
-
-
-def expect_error(read: Callable[[], object], path: Path, line: int | None, problem: str) -> None:
-    """``read()`` raises ElmolabError at ``path:line`` whose message contains ``problem``."""
-    with pytest.raises(ElmolabError) as caught:
-        read()
-    message = str(caught.value)
-    where = str(path) if line is None else f"{path}:{line}"
-    assert message.startswith(f"{where}: "), message
-    assert problem in message, message
-    assert (caught.value.path, caught.value.line) == (str(path), line)
 
 
 @pytest.fixture

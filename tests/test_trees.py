@@ -4,7 +4,6 @@ and the deparc and structural probes learning from synthetic features, determini
 import dataclasses
 import json
 from collections import deque
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -62,15 +61,6 @@ def _tree(settings, **changes):
 
 KEY_DIM, MAX_WORDS, DIM = 8, 9, 32
 DISTRACTOR = 0.3
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny tensors: more threads only add synchronisation, which stalls on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _random_heads(rng: np.random.Generator, n: int) -> list[int]:
