@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from elmolab.probing.metrics import LabelVocabulary, accuracy, span_f1, task_score
+from elmolab.text.conll import TagScheme
 
 
 def _f1(precision: float, recall: float) -> float:
@@ -75,3 +76,25 @@ def test_task_score_decodes_sentences_for_span_f1() -> None:
     predicted = torch.tensor([0, 2, 2, 1])  # [B-NP O O] [I-NP]: the second chunk is right
     assert task_score("span_f1", predicted, gold, [3, 1], vocabulary) == pytest.approx(0.5)
     assert task_score("accuracy", predicted, gold, [3, 1], vocabulary) == pytest.approx(0.5)
+
+
+def test_predictions_are_written_in_the_data_scheme() -> None:
+    """Test predictions of a BIOES dataset come out in BIOES (the chunks the scorer reads); IOB2
+    data, and labels read without a scheme, come out as predicted."""
+    labels = ["B-PER", "I-PER", "O"]  # ids 0, 1, 2: the IOB2 tags the data was converted to
+    # [B-PER I-PER O B-PER] [I-PER O]: a two-token span, a one-token span; a stray I-PER
+    predicted = torch.tensor([0, 1, 2, 0, 1, 2])
+    lengths = [4, 2]
+    bioes = LabelVocabulary(labels, scheme=TagScheme.BIOES)
+    assert bioes.decode_in_data_scheme(predicted, lengths) == [
+        ["B-PER", "E-PER", "O", "S-PER"],
+        ["O", "O"],
+    ]
+    iob1 = LabelVocabulary(labels, scheme=TagScheme.IOB1)
+    assert iob1.decode_in_data_scheme(predicted, lengths) == [
+        ["I-PER", "I-PER", "O", "I-PER"],
+        ["O", "O"],
+    ]
+    as_predicted = [["B-PER", "I-PER", "O", "B-PER"], ["I-PER", "O"]]
+    for vocabulary in (LabelVocabulary(labels, scheme=TagScheme.IOB2), LabelVocabulary(labels)):
+        assert vocabulary.decode_in_data_scheme(predicted, lengths) == as_predicted

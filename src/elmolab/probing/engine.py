@@ -869,7 +869,7 @@ class TokenProbes(HeadProbes):
                     self.metric.value,
                     float(dev.scores[h]),
                     float(test.scores[h]),
-                    self.vocabulary.decode_sentences(predicted, split.sentence_lengths),
+                    self.vocabulary.decode_in_data_scheme(predicted, split.sentence_lengths),
                     {
                         "correct": _per_sentence_sums(
                             predicted == split.labels, split.sentence_lengths

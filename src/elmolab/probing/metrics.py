@@ -117,6 +117,17 @@ class LabelVocabulary:
         boundaries = list(accumulate(sentence_lengths))[:-1]
         return [self.decode(sentence.tolist()) for sentence in torch.tensor_split(ids, boundaries)]
 
+    def decode_in_data_scheme(
+        self, ids: torch.Tensor, sentence_lengths: Sequence[int]
+    ) -> list[list[str]]:
+        """:meth:`decode_sentences`, written back in the tag scheme the data uses (``scheme``,
+        other than IOB2): the chunks the span F1 reads, tagged as the data tags them (what a test
+        predictions file should hold). Labels not read from a tag scheme come out as they are."""
+        sentences = self.decode_sentences(ids, sentence_lengths)
+        if self.scheme is None or self.scheme is TagScheme.IOB2:
+            return sentences
+        return _in_scheme(sentences, self.scheme)
+
     def _add_unseen(
         self,
         label: str,
