@@ -178,8 +178,11 @@ def main() -> None:
     print(f"cell start-up (interpreter and imports): {startup:.1f} s")
     total = 0.0
     for name in args.tasks or grid.tasks:
-        task_cfg = OmegaConf.load(CONF / "task" / f"{name}.yaml")
-        task = section(OmegaConf.merge(cfg, {"task": task_cfg}), "task", TaskConfig)
+        if name in grid.tasks:
+            task = grid.tasks[name]
+        else:
+            task_cfg = OmegaConf.load(CONF / "task" / f"{name}.yaml")
+            task = section(OmegaConf.merge(cfg, {"task": task_cfg}), "task", TaskConfig)
         if settings.unseen is not None:
             task.unseen = settings.unseen
         kind = TaskKind(task.kind)
@@ -195,7 +198,9 @@ def main() -> None:
         splits, labels = load_splits(task, catalog, one)
         load = time.perf_counter() - started
         data = splits[args.encoder]
-        jobs = plan_jobs(kind, modes, grid.seeds, settings, layer0_twins(settings, modes))
+        datasets = [dataset for dataset, _ in task.split_refs().values()]
+        twins = layer0_twins(settings, modes, datasets)
+        jobs = plan_jobs(kind, modes, grid.seeds, settings, twins)
         measured: dict[
             tuple[float, int], tuple[float, float]
         ] = {}  # (fraction, heads) -> epoch, end

@@ -1,9 +1,10 @@
-"""Extract stage: every biLM layer for every probing dataset, per encoder (config: ``extract``).
+"""Extract stage: every biLM layer of the probing datasets, per encoder (config: ``extract``).
 
-Under DVC: ``python pipelines/extract.py --params params.yaml extract.encoder=trained`` writes
-``artifacts/features/trained/`` (one stage per encoder; without ``extract.encoder`` every encoder
-of ``extract.encoders``). Ad hoc: ``python pipelines/extract.py extract.max_sentences=200`` writes
-into a Hydra run folder.
+Under DVC: ``python pipelines/extract.py --params params.yaml extract.dataset=ud_english_ewt``
+writes ``artifacts/features/<encoder>/ud_english_ewt/`` for every encoder (one stage per dataset;
+without ``extract.dataset`` every dataset of ``extract.datasets``; ``extract.encoder`` picks one
+encoder). Ad hoc: ``python pipelines/extract.py extract.max_sentences=200`` writes into a Hydra
+run folder.
 """
 
 from pathlib import Path
@@ -20,12 +21,17 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 def run(cfg: DictConfig, out_dir: Path) -> dict:
     config = section(cfg, "extract", ExtractConfig)
-    with init_run(cfg, job_type="extract", tags=run_tags(encoder=config.encoder)) as tracked:
+    tags = run_tags(encoder=config.encoder, dataset=config.dataset)
+    with init_run(cfg, job_type="extract", tags=tags) as tracked:
         summaries = extract(config, out_dir)
-        for encoder, summary in summaries.items():
-            tracked.add_input(f"bilm-{encoder}", "model", Path(summary["model"]))
-            tracked.add_output(f"features-{encoder}", "features", out_dir / encoder)
-            tracked.summarize({f"{encoder}/wall_seconds": summary["wall_seconds"]})
+        for encoder, datasets in summaries.items():
+            model = next(iter(datasets.values()))["model"] if datasets else None
+            if model is not None:
+                tracked.add_input(f"bilm-{encoder}", "model", Path(model))
+            for dataset, summary in datasets.items():
+                name = f"features-{encoder}-{dataset}"
+                tracked.add_output(name, "features", out_dir / encoder / dataset)
+                tracked.summarize({f"{encoder}/{dataset}/wall_seconds": summary["wall_seconds"]})
     return summaries
 
 

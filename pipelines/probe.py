@@ -48,9 +48,20 @@ def run_cell_modes(cfg: DictConfig, out_dir: Path, modes: Sequence[str], seeds: 
 
 
 def run_grid(cfg: DictConfig, out_dir: Path) -> dict:
-    """Under DVC: every feature mode of the grid (``conf/features/<name>.yaml``), every seed."""
+    """Under DVC: the cell ``grid.tasks.<task>`` (``task=<name>`` on the command line names it;
+    its settings are params.yaml's, which DVC tracks), every feature mode of the grid
+    (``conf/features/<name>.yaml``), every seed."""
     grid = section(cfg, "grid", GridConfig)
-    modes = [_feature_mode(name) for name in grid.features]
+    name = cfg.task.name
+    if name not in grid.tasks:
+        raise ElmolabError(f"task {name!r} is not a cell of grid.tasks ({', '.join(grid.tasks)})")
+    if grid.tasks[name].name != name:
+        raise ElmolabError(
+            f"grid.tasks.{name}.name is {grid.tasks[name].name!r}: a cell's results folder is"
+            " its task's name, so the two must be the same"
+        )
+    cfg.task = cfg.grid.tasks[name]
+    modes = [_feature_mode(mode) for mode in grid.features]
     return run_cell_modes(cfg, out_dir, modes, grid.seeds)
 
 

@@ -15,7 +15,14 @@ from seqeval.scheme import IOB1, IOB2, IOBES
 
 from elmolab.config import section
 from elmolab.probing.metrics import LabelVocabulary, span_f1, task_score
-from elmolab.probing.tasks import ColumnsConfig, DatasetConfig, TaskConfig, read_split, task_labels
+from elmolab.probing.tasks import (
+    ColumnsConfig,
+    DatasetConfig,
+    TaskConfig,
+    dataset_digest,
+    read_split,
+    task_labels,
+)
 from elmolab.text.conll import (
     Separator,
     TagScheme,
@@ -258,6 +265,7 @@ def test_a_columns_dataset_through_the_catalog(tmp_path: Path) -> None:
         {
             "conll03": {
                 "format": "columns",
+                "root": str(tmp_path),
                 "splits": {"train": str(train), "dev": str(dev)},
                 "columns": {"separator": "tab", "label_column": 3},
             }
@@ -282,7 +290,9 @@ def test_a_columns_dataset_through_the_catalog(tmp_path: Path) -> None:
 def test_docstart_lines_end_sentences_without_blank_lines(tmp_path: Path) -> None:
     text = "-DOCSTART- O\nEU B-ORG\n-DOCSTART- O\n\n\n-DOCSTART- O\nrejects O\nit O\n"
     path = write(tmp_path, "train.txt", text)
-    source = read_split("ner", DatasetConfig("columns", {"train": str(path)}), "train")
+    source = read_split(
+        "ner", DatasetConfig("columns", {"train": str(path)}, str(path.parent)), "train"
+    )
     assert [s.tokens for s in source.sentences] == [("EU",), ("rejects", "it")]
     assert source.token_lines == [[2], [7, 8]]
 
@@ -419,7 +429,7 @@ def test_auto_checks_every_split_against_the_train_scheme(tmp_path: Path) -> Non
     train = column_file(tmp_path, TagScheme.IOB2, Separator.WHITESPACE)
     (tmp_path / "test").mkdir()
     test = column_file(tmp_path / "test", TagScheme.BIOES, Separator.WHITESPACE)
-    config = DatasetConfig("columns", {"train": str(train), "test": str(test)})
+    config = DatasetConfig("columns", {"train": str(train), "test": str(test)}, str(train.parent))
     assert read_split("conll03", config, "train").scheme is TagScheme.IOB2
     problem = "tag 'S-ORG' is not IOB2 (expected O, B-TYPE or I-TYPE)"
     expect_error(lambda: read_split("conll03", config, "test"), test, 4, problem)
@@ -455,7 +465,7 @@ def test_bad_dataset_config(
     tmp_path: Path, format_: str, columns: ColumnsConfig | None, problem: str
 ) -> None:
     train = column_file(tmp_path, TagScheme.IOB2, Separator.WHITESPACE)
-    config = DatasetConfig(format_, {"train": str(train)}, columns=columns)
+    config = DatasetConfig(format_, {"train": str(train)}, str(train.parent), columns=columns)
     expect_error(lambda: read_split("ner", config, "train"), None, None, problem)
 
 
@@ -468,9 +478,15 @@ def test_span_f1_tasks_need_one_scheme(tmp_path: Path) -> None:
     iob1 = column_file(tmp_path, TagScheme.IOB1, Separator.WHITESPACE)
     iob2 = column_file(tmp_path, TagScheme.IOB2, Separator.WHITESPACE)
     sources = {
-        "train": read_split("a", DatasetConfig("columns", {"train": str(iob1)}), "train"),
-        "dev": read_split("a", DatasetConfig("columns", {"train": str(iob1)}), "train"),
-        "test": read_split("b", DatasetConfig("columns", {"test": str(iob2)}), "test"),
+        "train": read_split(
+            "a", DatasetConfig("columns", {"train": str(iob1)}, str(iob1.parent)), "train"
+        ),
+        "dev": read_split(
+            "a", DatasetConfig("columns", {"train": str(iob1)}, str(iob1.parent)), "train"
+        ),
+        "test": read_split(
+            "b", DatasetConfig("columns", {"test": str(iob2)}, str(iob2.parent)), "test"
+        ),
     }
     problem = (
         "task: span F1 scores train, dev and test in one tag scheme, but they differ"
@@ -478,4 +494,34 @@ def test_span_f1_tasks_need_one_scheme(tmp_path: Path) -> None:
     )
     expect_error(
         lambda: task_labels(ner_task("a/train", "a/train", "b/test"), sources), None, None, problem
+    )
+
+
+def test_a_dataset_digest_follows_its_files_and_settings_and_its_root_holds_them(
+    tmp_path: Path,
+) -> None:
+    """The digest each feature file carries: a changed label (the tokens unchanged) or setting
+    changes it; a split outside the dataset's root (DVC's dependency) is an error."""
+    root = tmp_path / "ner"
+    root.mkdir()
+    train = write(root, "train.txt", "EU B-ORG\nrejects O\n")
+    config = DatasetConfig("columns", {"train": str(train)}, str(root))
+    first = dataset_digest("ner", config)
+    assert dataset_digest("ner", config) == first
+    train.write_text("EU B-LOC\nrejects O\n", encoding="utf-8")
+    relabelled = dataset_digest("ner", config)
+    assert relabelled != first
+    config.columns = ColumnsConfig(label_column=1)
+    assert dataset_digest("ner", config) != relabelled
+    outside = write(tmp_path, "test.txt", "EU B-ORG\n")
+    config.splits["test"] = str(outside)
+    expect_error(
+        lambda: dataset_digest("ner", config),
+        None,
+        None,
+        f"extract.datasets.ner.splits.test: {outside} is not under the dataset's root {root}",
+    )
+    config.root = str(tmp_path / "missing")
+    expect_error(
+        lambda: dataset_digest("ner", config), tmp_path / "missing", None, "no such folder"
     )

@@ -27,7 +27,7 @@ from elmolab.config import section
 from elmolab.embed import embed_sentences
 from elmolab.errors import ElmolabError
 from elmolab.extract import ExtractConfig, encoder_files, extract, load_encoder
-from elmolab.io.features import ENCODER_SUMMARY
+from elmolab.io.features import summary_path
 from elmolab.models.bilm import BiLM
 from elmolab.probing.engine import ProbeSettings
 from elmolab.probing.runner import run_cell
@@ -141,12 +141,13 @@ def test_an_encoder_named_by_its_files_is_extracted(
     out = tmp_path / "features"
     extract(config, out)
     assert [path.name for path in out.iterdir()] == ["fixture"]
-    summary = json.loads((out / "fixture" / ENCODER_SUMMARY).read_text(encoding="utf-8"))
-    assert summary["model"] == str(published / WEIGHTS)
-    assert summary["files"] == {
-        "options": str(published / OPTIONS),
-        "weights": str(published / WEIGHTS),
-    }
+    for dataset in config.datasets:
+        summary = json.loads(summary_path(out / "fixture", dataset).read_text(encoding="utf-8"))
+        assert summary["model"] == str(published / WEIGHTS)
+        assert summary["files"] == {
+            "options": str(published / OPTIONS),
+            "weights": str(published / WEIGHTS),
+        }
     sources = config.catalog().sources()
     assert {source.dataset for source in sources} == set(config.datasets)
     for source in sources:

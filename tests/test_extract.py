@@ -18,8 +18,8 @@ from elmolab.config import section
 from elmolab.embed import embed_sentences
 from elmolab.errors import ElmolabError
 from elmolab.extract import ExtractConfig, extract, extract_split, load_encoder
-from elmolab.io.features import feature_path, read_features, units_path
-from elmolab.probing.tasks import multiword_parts, read_split_features
+from elmolab.io.features import DATASET_DIGEST, feature_path, read_features, units_path
+from elmolab.probing.tasks import dataset_digest, multiword_parts, read_split_features
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,12 @@ def test_every_split_of_every_encoder_is_written_in_the_elmo_format(workspace: D
             assert {line.shape[::2] for line in lines} == {(3, DIM)}
             sidecar = units_path(path, source.format.is_wsd)
             assert sidecar.read_text(encoding="utf-8") == "".join(" ".join(u) + "\n" for u in units)
-        assert (features / encoder / "extract.json").is_file()
+        for dataset in config.datasets:
+            summary = json.loads((features / encoder / dataset / "extract.json").read_text())
+            assert summary["dataset_sha256"] == dataset_digest(dataset, config.datasets[dataset])
+            for split in summary["splits"]:
+                with h5py.File(feature_path(features / encoder, dataset, split)) as f:
+                    assert f.attrs[DATASET_DIGEST] == summary["dataset_sha256"]
     conll_dev = features / "trained" / "conll2000" / "dev.tokens.txt"
     assert 0 < len(conll_dev.read_text().splitlines()) < SENTENCES  # carved from train
 
@@ -69,9 +74,15 @@ def test_the_token_layer_control_shares_layer_0_and_nothing_else(workspace: Dict
         np.testing.assert_array_equal(trained[0], control[0])
         assert not np.allclose(trained[1:], control[1:])
     digests = {
-        encoder: json.loads((features / encoder / "extract.json").read_text())["token_layer_sha256"]
+        encoder: {
+            json.loads((features / encoder / dataset / "extract.json").read_text())[
+                "token_layer_sha256"
+            ]
+            for dataset in _config(workspace).datasets
+        }
         for encoder in ("trained", "token_only", "random")
     }
+    assert len(digests["trained"]) == 1  # the same on every dataset
     assert digests["trained"] == digests["token_only"] != digests["random"]
     control = load_encoder(_artifacts(workspace) / "bilm_token")
     for stack in (control.forward_lstm, control.backward_lstm):
@@ -168,4 +179,5 @@ def test_a_failure_leaves_no_partial_output(
     monkeypatch.setattr("elmolab.extract.extract_split", fail_on_third_split)
     with pytest.raises(RuntimeError, match="killed"):
         extract(_config(workspace), out)
-    assert not out.exists() or not any(out.iterdir())  # neither the two finished splits
+    # neither the two finished splits nor their dataset's folder: a dataset appears complete
+    assert not [path for path in out.rglob("*") if path.is_file() or path.parent != out]

@@ -92,7 +92,7 @@ def _results(repo: Path) -> dict[str, Any]:
         artifacts / "bilm" / "metrics.json",
         artifacts / "bilm_random" / "metrics.json",
         *sorted((artifacts / "probes").rglob("metrics.json")),
-        *sorted((artifacts / "features").glob("*/extract.json")),
+        *sorted((artifacts / "features").glob("*/*/extract.json")),
     ]
     return {
         str(path.relative_to(artifacts)): _strip(json.loads(path.read_text())) for path in files
@@ -143,6 +143,68 @@ def test_a_changed_probe_setting_reruns_only_the_probes_and_the_report(clean: Pa
     grid = params["grid"]
     probes = {f"probe@{t}" for t in grid["tasks"]}
     assert set(stages) == probes | {"report"} and stages[-1] == "report"
+
+
+# What a user adds for a new dataset and task (README, docs/datasets.md): the files under
+# data/probing/<dataset>/, its entry in extract.datasets, the task's file and its grid entry.
+NEW_DATASET = """
+  # Added by the test: CoNLL-2000's chunk tags read as a column file (IOB2, detected).
+  chunks_columns:
+    format: columns
+    root: ${paths.data}/probing/chunks_columns
+    splits:
+      train: ${paths.data}/probing/chunks_columns/train.txt
+      test: ${paths.data}/probing/chunks_columns/test.txt
+    carve_dev: {fraction: 0.1, seed: 1}
+    columns: {label_column: 2}
+"""
+NEW_TASK = """name: chunk_columns
+kind: token
+train: chunks_columns/train
+dev: chunks_columns/dev
+test: chunks_columns/test
+field: tags
+metric: span_f1
+unseen: keep
+control_seed: null
+wordnet: null
+"""
+
+
+def test_a_new_dataset_and_task_rerun_only_their_stages_and_the_report(
+    clean: Path, tmp_path: Path
+) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(clean, repo, symlinks=True)
+    new_data = repo / "data" / "probing" / "chunks_columns"
+    new_data.mkdir()
+    for name in ("train.txt", "test.txt"):
+        shutil.copy(repo / "data" / "probing" / "conll2000" / name, new_data / name)
+    with open(repo / "conf" / "extract" / "default.yaml", "a", encoding="utf-8") as conf:
+        conf.write(NEW_DATASET)
+    (repo / "conf" / "task" / "chunk_columns.yaml").write_text(NEW_TASK, encoding="utf-8")
+    grid = repo / "conf" / "grid" / "default.yaml"
+    text = grid.read_text(encoding="utf-8")
+    grid.write_text(
+        text.replace("  - _self_", "  - /task@tasks.chunk_columns: chunk_columns\n  - _self_"),
+        encoding="utf-8",
+    )
+    _run([sys.executable, "-m", "elmolab.params", SMOKE], repo)
+
+    ran = _stages_run(_run(["dvc", "repro"], repo))
+    assert ran == ["extract@chunks_columns", "probe@chunk_columns", "report"]
+    summary = json.loads((repo / "artifacts" / "report" / "summary.json").read_text())
+    assert set(summary["probes"]) == {
+        *yaml.safe_load((clean / "params.yaml").read_text())["grid"]["tasks"],
+        "chunk_columns",
+    }
+    assert "chunk_columns" in (repo / "artifacts" / "report" / "index.html").read_text()
+    from elmolab.wandb_report import tasks_in_results
+
+    assert "chunk_columns" in tasks_in_results(repo / "artifacts" / "probes")
+    # The old cells' results are untouched: the same numbers as before.
+    old = {k: v for k, v in _results(repo).items() if "chunk_columns" not in k}
+    assert {k: v for k, v in old.items() if "chunks_columns" not in k} == _results(clean)
 
 
 def test_queued_experiments_run_and_show_their_metrics_side_by_side(clean: Path) -> None:
@@ -196,14 +258,18 @@ def test_killed_at_any_moment_the_pipeline_resumes_to_the_same_results(
     # Mid-validation.
     killed = _run(["dvc", "repro", "pretrain"], repo, False, ELMOLAB_FAILPOINT="validation_step:3")
     assert killed.returncode != 0 and not (repo / "artifacts" / "bilm").exists()
-    # Extraction, between two splits: no features folder, nothing else left behind by the rerun.
+    # Extraction, between two splits: no dataset folder, nothing else left behind by the rerun.
     _run(["dvc", "repro", "pretrain"], repo)
     assert json.loads((repo / "artifacts" / "bilm" / "metrics.json").read_text())["resumed"]
     assert not list(checkpoints.glob(".*.tmp"))
     killed = _run(
-        ["dvc", "repro", "extract@trained"], repo, False, ELMOLAB_FAILPOINT="split_extracted:3"
+        ["dvc", "repro", "extract@ud_english_ewt"],
+        repo,
+        False,
+        ELMOLAB_FAILPOINT="split_extracted:3",
     )
-    assert killed.returncode != 0 and not (repo / "artifacts" / "features" / "trained").exists()
+    features = repo / "artifacts" / "features"
+    assert killed.returncode != 0 and not (features / "trained" / "ud_english_ewt").exists()
     _run(["dvc", "repro"], repo)
 
     assert not list((repo / "artifacts").rglob(".*.tmp"))

@@ -8,7 +8,7 @@ each split of each dataset of ``extract.datasets`` (read by ``elmolab.probing.ta
     <out>/<encoder>/<dataset>/<split>.hdf5            features, docs/architecture.md §3 format
     <out>/<encoder>/<dataset>/<split>.tokens.txt      token datasets: the tokens of each line
     <out>/<encoder>/<dataset>/<split>.instances.txt   WSD datasets: the instance ids of each line
-    <out>/<encoder>/extract.json                      the model's files, counts and throughput
+    <out>/<encoder>/<dataset>/extract.json            the model's files, counts and throughput
 
 Line ``i`` of a feature file (dataset ``str(i)``) is sentence ``i`` of the split:
 ``(n_layers + 1, n_units, 2 * proj)`` with one unit per token, or, for WSD, one per sense-tagged
@@ -23,7 +23,11 @@ are ``elmolab.io.features``'s.
 Sentences start from zero LSTM states (``stateful: false``, the default; bilm-tf's carried states
 are an option) and run through ``elmolab.embed.embed_sentences``: length-sorted batches, the char
 CNN once per distinct token. Features are stored as float16 by default (half the disk; the probes
-compute in float32). Each encoder's folder appears only when complete.
+compute in float32). Each encoder's folder of a dataset appears only when complete, and each
+feature file carries the digest of the dataset's configuration and raw files it comes from
+(``elmolab.probing.tasks.dataset_digest``): DVC runs one stage per dataset (``extract.dataset``),
+and a probe cell tracks the feature files of its own splits only, so a changed label must reach
+those files even where the features come out the same.
 """
 
 from __future__ import annotations
@@ -45,16 +49,23 @@ from elmolab.errors import ElmolabError
 from elmolab.failpoints import failpoint
 from elmolab.fsutil import atomic_dir, atomic_path, write_json
 from elmolab.io.features import (
+    DATASET_DIGEST,
     ENCODER_SUMMARY,
     STORAGE_DTYPES,
-    feature_path,
     open_feature_writer,
+    split_path,
     units_path,
 )
 from elmolab.models.bilm import BiLM
 from elmolab.models.bilm_tf import load_bilm, load_bilm_from_checkpoint
 from elmolab.models.controls import token_layer_digest
-from elmolab.probing.tasks import DataCatalog, DatasetConfig, SplitSource, multiword_parts
+from elmolab.probing.tasks import (
+    DataCatalog,
+    DatasetConfig,
+    SplitSource,
+    dataset_digest,
+    multiword_parts,
+)
 
 log = logging.getLogger("elmolab.extract")
 
@@ -74,7 +85,8 @@ class ExtractConfig:
 
     encoders: dict[str, Any]  # name -> biLM folder, or {options: <file>, weights: <file>}
     datasets: dict[str, DatasetConfig]  # name -> format and split files
-    encoder: str | None  # only this one of ``encoders`` (DVC: a stage per encoder); None: all
+    encoder: str | None  # only this one of ``encoders``; None: all
+    dataset: str | None  # only this one of ``datasets`` (DVC: a stage per dataset); None: all
     batch_size: int  # sentences per batch
     stateful: bool  # carry LSTM states between batches (bilm-tf), file order
     dtype: str  # storage type: float16 or float32
@@ -207,57 +219,77 @@ def _candidate(folder: Path, role: str, key: str) -> Path | None:
     return paths[0] if paths else None
 
 
-def extract(config: ExtractConfig, out_dir: Path) -> dict[str, Any]:
-    """Write the features of every split for the selected encoders; returns their summaries."""
+def extract(config: ExtractConfig, out_dir: Path) -> dict[str, dict[str, Any]]:
+    """Write the features of every split of the selected datasets for the selected encoders,
+    one folder ``<out_dir>/<encoder>/<dataset>`` each; returns their summaries, by encoder and
+    dataset."""
     if config.dtype not in STORAGE_DTYPES:
         raise ElmolabError(f"extract.dtype must be one of {STORAGE_DTYPES}, got {config.dtype!r}")
     if config.batch_size < 1:
         raise ElmolabError(f"extract.batch_size must be at least 1, got {config.batch_size}")
-    encoders = config.encoders
-    if config.encoder is not None:
-        if config.encoder not in encoders:
-            raise ElmolabError(
-                f"extract.encoder: {config.encoder!r} is not one of extract.encoders"
-                f" ({', '.join(encoders)})"
-            )
-        encoders = {config.encoder: encoders[config.encoder]}
+    encoders = _selected(config.encoders, config.encoder, "encoder")
+    datasets = _selected(config.datasets, config.dataset, "dataset")
     # Every selected encoder's files are found before anything is read or written.
     files = {
         name: encoder_files(source, f"extract.encoders.{name}") for name, source in encoders.items()
     }
     torch.set_num_threads(config.num_threads)
     device = _device(config.device)
-    sources = config.catalog().sources()
+    catalog = DataCatalog(datasets, config.max_sentences)
+    sources = catalog.sources()
     for source in sources:
         _check_units(source)
-    summaries = {}
+    digests = {name: dataset_digest(name, dataset) for name, dataset in datasets.items()}
+    summaries: dict[str, dict[str, Any]] = {}
     for encoder, found in files.items():
         model = found.load().to(device)
-        started = time.perf_counter()
-        with atomic_dir(out_dir / encoder) as tmp:
-            splits = {}
-            for source in sources:
-                name = f"{source.dataset}/{source.split}"
-                path = feature_path(tmp, source.dataset, source.split)
-                splits[name] = extract_split(
-                    model, source, path, config.batch_size, config.stateful, config.dtype
-                )
-                log.info("%s %s: %s", encoder, name, splits[name])
-                failpoint("split_extracted")
-            summaries[encoder] = {
-                "model": str(found.model),
-                "files": found.paths(),
-                "layers": model.options.lstm.n_layers + 1,
-                "dim": 2 * model.options.lstm.projection_dim,
-                "stateful": config.stateful,
-                "dtype": config.dtype,
-                # Equal digests: identical layer-0 features (the token-layer control's, e.g.).
-                "token_layer_sha256": token_layer_digest(model),
-                "wall_seconds": round(time.perf_counter() - started, 1),
-                "splits": splits,
-            }
-            write_json(tmp / ENCODER_SUMMARY, summaries[encoder])
+        summaries[encoder] = {}
+        for dataset, digest in digests.items():
+            started = time.perf_counter()
+            with atomic_dir(out_dir / encoder / dataset) as tmp:
+                splits = {}
+                for source in sources:
+                    if source.dataset != dataset:
+                        continue
+                    path = split_path(tmp, source.split)
+                    splits[source.split] = extract_split(
+                        model,
+                        source,
+                        path,
+                        config.batch_size,
+                        config.stateful,
+                        config.dtype,
+                        {DATASET_DIGEST: digest},
+                    )
+                    log.info("%s %s/%s: %s", encoder, dataset, source.split, splits[source.split])
+                    failpoint("split_extracted")
+                summary = {
+                    "model": str(found.model),
+                    "files": found.paths(),
+                    "layers": model.options.lstm.n_layers + 1,
+                    "dim": 2 * model.options.lstm.projection_dim,
+                    "stateful": config.stateful,
+                    "dtype": config.dtype,
+                    # Equal digests: identical layer-0 features (the token-layer control's, e.g.).
+                    "token_layer_sha256": token_layer_digest(model),
+                    "dataset_sha256": digest,
+                    "wall_seconds": round(time.perf_counter() - started, 1),
+                    "splits": splits,
+                }
+                write_json(tmp / ENCODER_SUMMARY, summary)
+            summaries[encoder][dataset] = summary
     return summaries
+
+
+def _selected(items: dict[str, Any], name: str | None, key: str) -> dict[str, Any]:
+    """``items``, or only the one called ``name`` (``extract.<key>``)."""
+    if name is None:
+        return items
+    if name not in items:
+        raise ElmolabError(
+            f"extract.{key}: {name!r} is not one of extract.{key}s ({', '.join(items)})"
+        )
+    return {name: items[name]}
 
 
 def _device(name: str) -> torch.device:
@@ -279,15 +311,17 @@ def extract_split(
     batch_size: int = DEFAULT_BATCH_SIZE,
     stateful: bool = False,
     dtype: str = "float16",
+    attributes: dict[str, str] | None = None,
 ) -> dict[str, float]:
-    """Write one split's feature file ``path`` and its sidecar (see the module docstring)."""
+    """Write one split's feature file ``path`` (with ``attributes``) and its sidecar (see the
+    module docstring)."""
     started = time.perf_counter()
     units = source.units()
     if source.format.is_wsd:
         words, spans = _wsd_words(source)
     else:
         words, spans = units, None
-    with open_feature_writer(path, "all", dtype) as writer:
+    with open_feature_writer(path, "all", dtype, attributes) as writer:
         for index, layers in embed_sentences(model, words, batch_size, stateful):
             array = layers.float().cpu().numpy()  # (n_layers + 1, n_words, 2 * proj)
             if spans is not None:

@@ -28,6 +28,9 @@ from elmolab.fsutil import atomic_path
 LAYER_MODES = ("all", "top", "average")
 STORAGE_DTYPES = ("float32", "float16")
 SENTENCE_TO_INDEX = "sentence_to_index"
+# A file attribute (not a dataset: readers of the format never see it): the digest of the dataset
+# configuration and raw files the features and their labels come from.
+DATASET_DIGEST = "elmolab_dataset_sha256"
 
 PathLike = str | os.PathLike[str]
 
@@ -68,10 +71,14 @@ class FeatureWriter:
 
 @contextlib.contextmanager
 def open_feature_writer(
-    path: PathLike, mode: str = "all", dtype: str = "float32"
+    path: PathLike,
+    mode: str = "all",
+    dtype: str = "float32",
+    attributes: dict[str, str] | None = None,
 ) -> Iterator[FeatureWriter]:
     """A writer for a new feature file that appears at ``path`` only if the ``with`` block
-    ends without an exception (``mode``: all, top or average; ``dtype``: float32 or float16).
+    ends without an exception (``mode``: all, top or average; ``dtype``: float32 or float16;
+    ``attributes``: strings stored on the file, e.g. :data:`DATASET_DIGEST`).
 
     >>> with open_feature_writer("out.hdf5", mode="all") as writer:
     ...     writer.write(0, "The cat .", layers)  # layers: (n_layers + 1, n_tokens, dim)
@@ -81,6 +88,7 @@ def open_feature_writer(
     if dtype not in STORAGE_DTYPES:
         raise ValueError(f"storage dtype must be one of {STORAGE_DTYPES}, got {dtype!r}")
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as fout:
+        fout.attrs.update(attributes or {})
         writer = FeatureWriter(fout, mode, dtype)
         yield writer
         writer.finish()
@@ -154,7 +162,18 @@ ENCODER_SUMMARY = "extract.json"
 
 def feature_path(encoder_dir: Path, dataset: str, split: str) -> Path:
     """The feature file of one split, in an encoder's folder (``<features>/<encoder>``)."""
-    return encoder_dir / dataset / f"{split}.hdf5"
+    return split_path(encoder_dir / dataset, split)
+
+
+def split_path(dataset_dir: Path, split: str) -> Path:
+    """The feature file of one split, in its dataset's folder (``<features>/<encoder>/<dataset>``,
+    one extract stage's output)."""
+    return dataset_dir / f"{split}.hdf5"
+
+
+def summary_path(encoder_dir: Path, dataset: str) -> Path:
+    """``extract.json`` of an encoder's features of one dataset."""
+    return encoder_dir / dataset / ENCODER_SUMMARY
 
 
 def units_path(features: Path, wsd: bool) -> Path:

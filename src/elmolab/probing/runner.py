@@ -43,7 +43,7 @@ import torch
 
 from elmolab.errors import ElmolabError
 from elmolab.fsutil import atomic_dir, write_json
-from elmolab.io.features import ENCODER_SUMMARY, feature_path
+from elmolab.io.features import feature_path, summary_path
 from elmolab.io.results import METRICS_FILE, PREDICTIONS_FILE, run_folder
 from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
@@ -93,7 +93,7 @@ class FeaturesConfig:
 class GridConfig:
     """Schema of the ``grid`` section: the axes of the probe stage."""
 
-    tasks: list[str]  # conf/task/<name>.yaml: one DVC cell each
+    tasks: dict[str, TaskConfig]  # conf/task/<name>.yaml under its name: one DVC cell each
     features: list[str]  # conf/features/<name>.yaml: every one inside each cell
     seeds: list[int]  # every seed runs inside each cell under DVC
 
@@ -175,7 +175,8 @@ def _probe_cell(
     """Token, pair and tree tasks: every job, ``settings.workers`` at a time, largest first."""
     splits, labels = load_splits(task, data, settings)
     kind = TaskKind(task.kind)
-    twins = layer0_twins(settings, modes)
+    datasets = [dataset for dataset, _ in task.split_refs().values()]
+    twins = layer0_twins(settings, modes, datasets)
     jobs = plan_jobs(kind, modes, seeds, settings, twins)
     fits = _run_jobs(
         [
@@ -340,25 +341,33 @@ def _write_run(
         _write_lines(run_dir / PREDICTIONS_FILE, map(" ".join, result.test_predictions))
 
 
-def layer0_twins(settings: ProbeSettings, modes: Sequence[str]) -> dict[str, str]:
-    """Encoder -> an earlier encoder with the same token layer, by the digests in extract.json
-    (the token-layer control and the trained biLM): their layer-0 features are identical, so
-    their layer-0 probes would be too, run for run, and are run once. None without ``layer0``
-    among ``modes``."""
+def layer0_twins(
+    settings: ProbeSettings, modes: Sequence[str], datasets: Sequence[str]
+) -> dict[str, str]:
+    """Encoder -> an earlier encoder with the same token layer, by the digests in the extract.json
+    of each of ``datasets`` (the token-layer control and the trained biLM): their layer-0
+    features are identical, so their layer-0 probes would be too, run for run, and are run once.
+    None without ``layer0`` among ``modes``."""
     if FeatureMode.LAYER0.value not in modes:
         return {}
-    first_with: dict[str, str] = {}
+    first_with: dict[tuple[str, ...], str] = {}
     twins = {}
     for encoder in settings.encoders:
-        summary = Path(settings.features_dir) / encoder / ENCODER_SUMMARY
-        try:
-            digest = json.loads(summary.read_text(encoding="utf-8")).get("token_layer_sha256")
-        except (OSError, ValueError):
-            continue  # features without a digest (older extractions) are probed as they are
-        if digest in first_with:
-            twins[encoder] = first_with[digest]
-        elif digest:
-            first_with[digest] = encoder
+        digests = []
+        for dataset in dict.fromkeys(datasets):
+            summary = summary_path(Path(settings.features_dir) / encoder, dataset)
+            try:
+                digests.append(
+                    json.loads(summary.read_text(encoding="utf-8"))["token_layer_sha256"]
+                )
+            except (OSError, ValueError, KeyError):
+                break  # features without a digest (older extractions) are probed as they are
+        else:
+            key = tuple(digests)
+            if key in first_with:
+                twins[encoder] = first_with[key]
+            else:
+                first_with[key] = encoder
     return twins
 
 

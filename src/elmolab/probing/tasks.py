@@ -32,6 +32,8 @@ probe stage checks.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -123,7 +125,8 @@ class DatasetConfig:
     """Schema of ``extract.datasets.<name>``."""
 
     format: str  # a DatasetFormat
-    splits: dict[str, str]  # split name -> source file
+    splits: dict[str, str]  # split name -> source file, under root
+    root: str  # the folder holding every file of the dataset (what DVC's extract stage tracks)
     carve_dev: CarveDevConfig | None = None  # carve "dev" out of "train" (then "train" shrinks)
     columns: ColumnsConfig | None = None  # format columns only; None: the defaults
 
@@ -255,6 +258,30 @@ def dataset_splits(config: DatasetConfig) -> list[str]:
     if config.carve_dev is not None and "dev" not in names:
         names.append("dev")
     return names
+
+
+def dataset_digest(name: str, config: DatasetConfig) -> str:
+    """SHA-256 of what a dataset's features and labels come from: its configuration and every
+    file under its root (names and contents), which must hold every split (DVC's extract stage
+    tracks the root). Stored in each feature file it yields, so that a probe cell tracking the
+    feature files sees a changed label or setting even where the features come out the same."""
+    root = Path(config.root)
+    if not root.is_dir():
+        raise ElmolabError(f"no such folder (extract.datasets.{name}.root)", root)
+    for split, path in config.splits.items():
+        if not Path(path).resolve().is_relative_to(root.resolve()):
+            raise ElmolabError(
+                f"extract.datasets.{name}.splits.{split}: {path} is not under the dataset's root"
+                f" {root} (its extract stage tracks the root: keep every file of the dataset in it)"
+            )
+    digest = hashlib.sha256(json.dumps(dataclasses.asdict(config), sort_keys=True).encode())
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        with open(path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
 
 
 def read_split(
