@@ -60,6 +60,16 @@ def run_grid(cfg: DictConfig, out_dir: Path) -> dict:
             f"grid.tasks.{name}.name is {grid.tasks[name].name!r}: a cell's results folder is"
             " its task's name, so the two must be the same"
         )
+    # task=<name> loaded conf/task/<name>.yaml; a task.* override on top of it would not reach
+    # the cell, which runs params.yaml's copy: say where such a setting goes instead.
+    pristine = OmegaConf.merge(cfg, {"task": OmegaConf.load(CONF_DIR / "task" / f"{name}.yaml")})
+    if OmegaConf.to_container(pristine.task, resolve=True) != OmegaConf.to_container(
+        cfg.task, resolve=True
+    ):
+        raise ElmolabError(
+            f"a DVC cell runs grid.tasks.{name} of params.yaml: override grid.tasks.{name}.<key>,"
+            " not task.<key>"
+        )
     cfg.task = cfg.grid.tasks[name]
     modes = [_feature_mode(mode) for mode in grid.features]
     return run_cell_modes(cfg, out_dir, modes, grid.seeds)

@@ -612,7 +612,7 @@ CASES = [
         "probe",
         "wordnet-sense-number-not-integer",
         wordnet_line(set_column(2, "two", " ")),
-        "{params} task=wsd features=layer1 task.wordnet={bad}",
+        "{params} task=wsd features=layer1 grid.tasks.wsd.wordnet={bad}",
         r"sense number 'two' is not a positive integer",
     ),
     # config

@@ -175,6 +175,18 @@ def test_the_dvc_cell_command_runs_every_mode_and_seed_of_the_grid(params: Path)
     assert 0 <= metrics["test_untyped_f1"] <= 1 and metrics["hit_epoch_cap"] in (True, False)
 
 
+def test_a_dvc_cell_takes_its_task_from_params_and_refuses_task_overrides(params: Path) -> None:
+    """Under DVC a cell runs ``grid.tasks.<task>`` of params.yaml (what DVC tracks); a
+    ``task.<key>`` override would be lost, so it is an error saying where the setting goes."""
+    command = [sys.executable, "pipelines/probe.py", "--params", str(params), "task=chunk"]
+    proc = subprocess.run([*command, "task.unseen=raise"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: a DVC cell runs grid.tasks.chunk of params.yaml: override"
+        " grid.tasks.chunk.<key>, not task.<key>"
+    )
+
+
 @pytest.mark.parametrize("launcher", ["basic", "local_pair"])
 def test_a_hydra_multirun_writes_one_result_per_job(
     params: Path, tmp_path: Path, launcher: str
