@@ -198,8 +198,7 @@ def main() -> None:
         splits, labels = load_splits(task, catalog, one)
         load = time.perf_counter() - started
         data = splits[args.encoder]
-        datasets = [dataset for dataset, _ in task.split_refs().values()]
-        twins = layer0_twins(settings, modes, datasets)
+        twins = layer0_twins(settings, modes, task.datasets())
         jobs = plan_jobs(kind, modes, grid.seeds, settings, twins)
         measured: dict[
             tuple[float, int], tuple[float, float]

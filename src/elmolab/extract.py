@@ -239,18 +239,19 @@ def extract(config: ExtractConfig, out_dir: Path) -> dict[str, dict[str, Any]]:
     sources = catalog.sources()
     for source in sources:
         _check_units(source)
+    by_dataset = {name: [s for s in sources if s.dataset == name] for name in datasets}
     digests = {name: dataset_digest(name, dataset) for name, dataset in datasets.items()}
     summaries: dict[str, dict[str, Any]] = {}
     for encoder, found in files.items():
         model = found.load().to(device)
+        # Equal digests: identical layer-0 features (the token-layer control's, e.g.).
+        token_layer = token_layer_digest(model)
         summaries[encoder] = {}
         for dataset, digest in digests.items():
             started = time.perf_counter()
             with atomic_dir(out_dir / encoder / dataset) as tmp:
                 splits = {}
-                for source in sources:
-                    if source.dataset != dataset:
-                        continue
+                for source in by_dataset[dataset]:
                     path = split_path(tmp, source.split)
                     splits[source.split] = extract_split(
                         model,
@@ -270,8 +271,7 @@ def extract(config: ExtractConfig, out_dir: Path) -> dict[str, dict[str, Any]]:
                     "dim": 2 * model.options.lstm.projection_dim,
                     "stateful": config.stateful,
                     "dtype": config.dtype,
-                    # Equal digests: identical layer-0 features (the token-layer control's, e.g.).
-                    "token_layer_sha256": token_layer_digest(model),
+                    "token_layer_sha256": token_layer,
                     "dataset_sha256": digest,
                     "wall_seconds": round(time.perf_counter() - started, 1),
                     "splits": splits,

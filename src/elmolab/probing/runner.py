@@ -175,8 +175,7 @@ def _probe_cell(
     """Token, pair and tree tasks: every job, ``settings.workers`` at a time, largest first."""
     splits, labels = load_splits(task, data, settings)
     kind = TaskKind(task.kind)
-    datasets = [dataset for dataset, _ in task.split_refs().values()]
-    twins = layer0_twins(settings, modes, datasets)
+    twins = layer0_twins(settings, modes, task.datasets())
     jobs = plan_jobs(kind, modes, seeds, settings, twins)
     fits = _run_jobs(
         [
@@ -354,7 +353,7 @@ def layer0_twins(
     twins = {}
     for encoder in settings.encoders:
         digests = []
-        for dataset in dict.fromkeys(datasets):
+        for dataset in datasets:
             summary = summary_path(Path(settings.features_dir) / encoder, dataset)
             try:
                 digests.append(

@@ -175,6 +175,10 @@ class TaskConfig:
         if self.unseen not in ("raise", "keep"):
             raise ElmolabError(f"task.unseen must be 'raise' or 'keep', got {self.unseen!r}")
 
+    def datasets(self) -> list[str]:
+        """The datasets the task's splits come from, each once, in role order."""
+        return list(dict.fromkeys(dataset for dataset, _ in self.split_refs().values()))
+
     def split_refs(self) -> dict[str, tuple[str, str]]:
         """Role (train, dev, test) -> (dataset, split)."""
         refs = {}

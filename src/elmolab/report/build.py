@@ -30,6 +30,7 @@ from elmolab.report.collect import (
     collect,
 )
 from elmolab.report.polysemy import PolysemyConfig, WordNeighbours, nearest_neighbours
+from elmolab.report.sections import Sections
 from elmolab.report.stats import (
     Cell,
     Comparison,
@@ -202,6 +203,7 @@ def write_report(data: ReportData, config: ReportConfig, out_dir: Path) -> dict:
     """
     pngs = {name: figures.to_png(figure, config.figure_dpi) for name, figure in _figures(data)}
     summary = writers.summary_json(data)
+    sections = Sections.of(data)  # the tables both renderings show
     with atomic_dir(out_dir) as tmp:
         (tmp / "figures").mkdir()
         for name, png in pngs.items():
@@ -210,9 +212,11 @@ def write_report(data: ReportData, config: ReportConfig, out_dir: Path) -> dict:
             (tmp / "plots" / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp / "plots" / name).write_text(text, encoding="utf-8")
         (tmp / "index.html").write_text(
-            writers.render_html(data, pngs, config.embed_figures), encoding="utf-8"
+            writers.render_html(data, sections, pngs, config.embed_figures), encoding="utf-8"
         )
-        (tmp / "summary.md").write_text(writers.render_markdown(data, pngs), encoding="utf-8")
+        (tmp / "summary.md").write_text(
+            writers.render_markdown(data, sections, pngs), encoding="utf-8"
+        )
         write_json(tmp / "summary.json", summary)
         write_json(tmp / "metrics.json", writers.headline_metrics(data))
     return summary

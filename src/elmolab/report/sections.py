@@ -266,8 +266,10 @@ def all_results(data: ReportData) -> Table | None:
 
 @dataclass(frozen=True)
 class Sections:
-    """Every table of the report (None: a section without results yet)."""
+    """The main result's findings and every table of the report (None: a section without results
+    yet): what index.html and summary.md both render."""
 
+    findings: list[str]
     headline: Table | None
     pretraining: Table
     token_layer: Table | None
@@ -279,6 +281,7 @@ class Sections:
     @classmethod
     def of(cls, data: ReportData) -> Sections:
         return cls(
+            findings=tables.findings(data),
             headline=headline(data),
             pretraining=pretraining(data),
             token_layer=trained_vs_token_layer(data),

@@ -52,7 +52,7 @@ def _environment(html: bool = True) -> jinja2.Environment:
     )
 
 
-def render_html(data: ReportData, pngs: dict[str, bytes], embed: bool) -> str:
+def render_html(data: ReportData, sections: Sections, pngs: dict[str, bytes], embed: bool) -> str:
     """``index.html``: every section; figures embedded (``embed``) or linked from figures/."""
     images = {
         name: f"data:image/png;base64,{base64.b64encode(png).decode('ascii')}"
@@ -67,20 +67,18 @@ def render_html(data: ReportData, pngs: dict[str, bytes], embed: bool) -> str:
             data=data,
             images=images,
             captions=FIGURE_CAPTIONS,
-            findings=tables.findings(data),
-            tables=Sections.of(data),
+            findings=sections.findings,
+            tables=sections,
         )
     )
 
 
-def render_markdown(data: ReportData, pngs: dict[str, bytes]) -> str:
+def render_markdown(data: ReportData, sections: Sections, pngs: dict[str, bytes]) -> str:
     """``summary.md``: the same tables and findings; figures linked from figures/."""
     text = (
         _environment(html=False)
         .get_template("report.md")
-        .render(
-            data=data, figures=list(pngs), findings=tables.findings(data), tables=Sections.of(data)
-        )
+        .render(data=data, figures=list(pngs), findings=sections.findings, tables=sections)
     )
     return re.sub(r"\n{3,}", "\n\n", text)  # the template's optional sections leave gaps
 
