@@ -1,8 +1,9 @@
 """What the probe stage costs, task by task, from cached features (target: 20 minutes on 2 cores).
 
 The stage runs, per task, *jobs* (``elmolab.probing.runner.plan_jobs``): an encoder and a training
-set (the full split, or a learning-curve share for token tasks), each one fit of the probe engine
-with every feature mode and seed as heads (pair and tree tasks: a job per seed).
+set (the full split, or a learning-curve share for token tasks, or the blocks before one of the
+online code's blocks for tasks with ``mdl``), each one fit of the probe engine with every feature
+mode and seed as heads (pair and tree tasks: a job per seed).
 For every task of the grid this measures, on one encoder's real features, one thread, as a worker
 runs them:
 
@@ -199,7 +200,9 @@ def main() -> None:
         load = time.perf_counter() - started
         data = splits[args.encoder]
         twins = layer0_twins(settings, modes, task.datasets())
-        jobs = plan_jobs(kind, modes, grid.seeds, settings, twins)
+        jobs = plan_jobs(
+            kind, modes, grid.seeds, settings, twins, conditional=task.conditional, mdl=task.mdl
+        )
         measured: dict[
             tuple[float, int], tuple[float, float]
         ] = {}  # (fraction, heads) -> epoch, end

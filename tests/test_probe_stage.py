@@ -86,7 +86,46 @@ def test_each_kind_of_task_writes_the_runs_the_report_reads(params: Path) -> Non
         run_cell(**arguments)
     probes = Path(load_params(params, [], CONF).paths.artifacts) / "probes"
     runs = read_probe_runs(probes)
-    assert len(runs) == 6 * 3 * 2 + 3 + 3  # seeded cells x encoders x seeds; wsd: 3 + 3 n/a
+    # seeded cells x encoders x seeds; upos's conditional probe (layer0+scalar_mix, its task
+    # has `conditional`) on every encoder and seed; wsd: 3 + 3 n/a
+    assert len(runs) == 6 * 3 * 2 + 3 * 2 + 3 + 3
+
+    upos = json.loads((probes / "upos/scalar_mix/random/seed2/metrics.json").read_text())
+
+    # Information measures (upos and upos_control have `mdl` and `conditional`): the conditional
+    # probe and the cross-entropy in bits of every full run; an online code per mode, encoder
+    # and seed, whose blocks cover the training set once.
+    conditioned = json.loads(
+        (probes / "upos/layer0+scalar_mix/trained/seed1/metrics.json").read_text()
+    )
+    assert conditioned["features"] == "layer0+scalar_mix" and 0 < conditioned["test"] <= 1
+    for run in ("upos/layer0+scalar_mix/trained/seed1", "upos/scalar_mix/random/seed2"):
+        record = json.loads((probes / run / "metrics.json").read_text())
+        assert record["dev_bits"] > 0 and record["test_bits"] > 0, run
+        assert sum(record["per_sentence_test_bits"]) == pytest.approx(
+            record["test_bits"] * record["n_test_tokens"], rel=1e-3
+        )
+    assert not list((probes / "upos_control").glob("layer0+*"))  # concat: nothing to condition
+    assert "test_bits" not in json.loads(
+        (probes / "ner/layer0/trained/seed1/metrics.json").read_text()
+    )
+    codes = sorted(probes.glob("*/*/*/seed*/online_code.json"))
+    assert [c.relative_to(probes).parts[:3] for c in codes[::2]] == [
+        ("upos", "scalar_mix", e) for e in ("random", "token_only", "trained")
+    ] + [("upos_control", "concat", e) for e in ("random", "token_only", "trained")]
+    code = json.loads((probes / "upos/scalar_mix/trained/seed1/online_code.json").read_text())
+    assert code["fractions"][-1] == 1.0 and len(code["block_bits"]) == len(code["fractions"])
+    assert sum(code["block_tokens"]) == upos["n_train_tokens"]
+    assert code["uniform_bits"] == pytest.approx(
+        upos["n_train_tokens"] * math.log2(code["labels"]), abs=0.01
+    )
+    assert code["block_bits"][0] == pytest.approx(
+        code["block_tokens"][0] * math.log2(code["labels"]), abs=0.01
+    )
+    assert code["online_bits"] == pytest.approx(sum(code["block_bits"]), abs=0.1)
+    assert code["compression"] == pytest.approx(
+        code["uniform_bits"] / code["online_bits"], rel=1e-4
+    )
 
     # The token-layer control's layer 0 is the trained biLM's: its runs are the trained ones.
     for run_dir in ("seed1", "seed2/fraction_0.1"):
@@ -98,7 +137,6 @@ def test_each_kind_of_task_writes_the_runs_the_report_reads(params: Path) -> Non
     random = json.loads((probes / "ner/layer0/random/seed1/metrics.json").read_text())
     assert "same_features_as" not in random
 
-    upos = json.loads((probes / "upos/scalar_mix/random/seed2/metrics.json").read_text())
     assert upos.keys() >= RUN_KEYS
     assert (upos["task"], upos["features"], upos["encoder"], upos["seed"]) == (
         "upos",
@@ -281,14 +319,22 @@ def test_encoders_in_worker_processes_give_the_same_results_as_in_one(
         arguments["settings"].workers = workers
         arguments["cell_dir"] = tmp_path / f"workers{workers}"
         runs = run_cell(**arguments)
+        codes = sorted(arguments["cell_dir"].glob("*/*/*/online_code.json"))
         outcomes[workers] = [
-            {key: value for key, value in run.items() if key != "wall_seconds"} for run in runs
+            {key: value for key, value in run.items() if key != "wall_seconds"}
+            for run in [*runs, *(json.loads(code.read_text()) for code in codes)]
         ]
-    assert [(r["encoder"], r["seed"], r.get("train_fraction")) for r in outcomes[2]] == [
-        (encoder, seed, fraction)
+    # chunk has `conditional` and `mdl`: the conditional probe's runs follow, then the online
+    # codes (one per encoder and seed)
+    assert [
+        (r["features"], r["encoder"], r["seed"], r.get("train_fraction")) for r in outcomes[2]
+    ] == [
+        ("scalar_mix", encoder, seed, fraction)
         for encoder in ENCODERS
         for seed in (1, 2)
         for fraction in (1.0, 0.1, 0.01)
+    ] + [("layer0+scalar_mix", encoder, seed, 1.0) for encoder in ENCODERS for seed in (1, 2)] + [
+        ("scalar_mix", encoder, seed, None) for encoder in sorted(ENCODERS) for seed in (1, 2)
     ]
     assert outcomes[1] == outcomes[2]
 

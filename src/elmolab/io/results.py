@@ -20,6 +20,20 @@ scores where a mode does not apply), the training record (``best_epoch, epochs, 
 history, wall_seconds``), the mix (``mix_weights, gamma``), the split sizes (``n_train_tokens``,
 ..., ``n_train_sentences``), further scores as ``dev_<name>``/``test_<name>`` and, for counted
 metrics, ``per_sentence_test`` ``{correct, total}`` (the report's paired bootstrap).
+
+Tasks that measure information (a token task with ``conditional`` or ``mdl`` set) add, to every run
+on all the training data, its cross-entropy in bits per token with the best dev state
+(``dev_bits``, ``test_bits``) and each test sentence's summed bits (``per_sentence_test_bits``).
+Conditional probing (``conditional``) adds runs whose features are layer 0 beside another mode,
+named by :func:`conditional_features` (``layer0+layer1``, ``layer0+layer2``,
+``layer0+scalar_mix``). The online code (``mdl``) of a feature mode, encoder and seed is
+``seed<k>/online_code.json`` beside that run's folder entries: ``task, features, encoder, seed``,
+``labels`` (the label count of the uniform code), ``fractions`` (the nested shares of training
+sentences ending each block, the last 1.0), ``block_tokens`` and ``block_bits`` (per block: its
+labels' code length in bits, the first block's under the uniform code, each later one's under a
+probe trained on every block before it), ``uniform_bits``, ``online_bits``, ``compression``
+(uniform / online), ``wall_seconds`` (the block probes' training time) and, where the run was
+copied from an encoder with identical features, ``same_features_as``.
 """
 
 from __future__ import annotations
@@ -44,6 +58,15 @@ CURVE_COLUMNS = (
 CURVE_REQUIRED = CURVE_COLUMNS[:6]  # what the report reads (curves from before stateless ones)
 SEED_PREFIX = "seed"
 FRACTION_PREFIX = "fraction_"
+ONLINE_CODE_FILE = "online_code.json"
+# Conditional probing: the baseline the other modes are conditioned on, and the modes that join it.
+CONDITIONAL_BASE = "layer0"
+CONDITIONAL_MODES = ("layer1", "layer2", "scalar_mix")
+
+
+def conditional_features(mode: str) -> str:
+    """The ``features`` name of layer 0 beside ``mode`` (``layer0+layer1``)."""
+    return f"{CONDITIONAL_BASE}+{mode}"
 
 
 def run_folder(seed: int | None, fraction: float = 1.0) -> Path:
@@ -69,3 +92,8 @@ def probe_run_paths(probes_dir: Path) -> list[Path]:
 def learning_curve_paths(probes_dir: Path) -> list[Path]:
     """Every learning-curve run under ``probes_dir``."""
     return sorted(probes_dir.glob(f"*/*/*/{SEED_PREFIX}*/{FRACTION_PREFIX}*/{METRICS_FILE}"))
+
+
+def online_code_paths(probes_dir: Path) -> list[Path]:
+    """Every online code result under ``probes_dir``."""
+    return sorted(probes_dir.glob(f"*/*/*/{SEED_PREFIX}*/{ONLINE_CODE_FILE}"))

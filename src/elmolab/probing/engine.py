@@ -38,10 +38,12 @@ penalty ``l2_lambda * |w|^2`` in the loss, as the task model's part it is in ELM
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -49,6 +51,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from elmolab.errors import ElmolabError
+from elmolab.io.results import conditional_features
 from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
 from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score, untyped_span_f1
@@ -102,6 +105,8 @@ class ProbeSettings:
     train_fractions: list[float]  # token tasks: learning-curve points below the full train set
     subset_seed: int  # fixes the learning-curve subsets (never the probe seed)
     min_epoch_tokens: int  # an epoch cycles a small training set up to this many tokens
+    # Online code (tasks with mdl): nested shares of the training sentences ending each block
+    online_code_fractions: list[float]
     tree: TreeSettings
 
     def check(self) -> None:
@@ -134,6 +139,17 @@ class ProbeSettings:
             raise ElmolabError(f"probe.min_delta must lie in [0, 1), got {self.min_delta}")
         if not 0 <= self.dropout < 1:
             raise ElmolabError(f"probe.dropout must lie in [0, 1), got {self.dropout}")
+        blocks = list(self.online_code_fractions)
+        if (
+            len(blocks) < 2
+            or blocks[-1] != 1.0
+            or blocks[0] <= 0
+            or any(a >= b for a, b in itertools.pairwise(blocks))
+        ):
+            raise ElmolabError(
+                "probe.online_code_fractions must rise strictly from above 0 to 1.0 (at least two"
+                f" blocks), got {blocks}"
+            )
 
 
 @dataclass(frozen=True)
@@ -166,12 +182,28 @@ class Schedule:
         )
 
 
+# Conditional probing: a head with ``baseline`` reads layer 0 beside its mode's input.
+BASELINE_LAYER = 0
+
+
 @dataclass(frozen=True)
 class Head:
-    """One probe run of a fit: its feature mode and seed."""
+    """One probe run of a fit: its feature mode and seed; with ``baseline``, the probe reads
+    layer 0 beside the mode's input (``[layer0; mode]``, conditional probing), which a scalar-mix
+    mode other than ``layer0`` itself allows."""
 
     mode: FeatureMode
     seed: int
+    baseline: bool = False
+
+    def __post_init__(self) -> None:
+        if self.baseline and self.mode in (FeatureMode.LAYER0, FeatureMode.CONCAT):
+            raise ValueError(f"layer 0 beside {self.mode.value!r} adds nothing to condition on")
+
+    @property
+    def features(self) -> str:
+        """The run's ``features`` name: the mode, or ``layer0+<mode>`` with the baseline."""
+        return conditional_features(self.mode.value) if self.baseline else self.mode.value
 
 
 @dataclass(frozen=True)
@@ -204,8 +236,8 @@ class ProbeResult:
     # Correct and all items per test sentence, for paired bootstrap tests.
     per_sentence_test: dict[str, list[int]] = field(repr=False)
     # Further scores of the best state, written to metrics.json as they are (the structural
-    # probe's distance Spearman, NER's untyped span F1, ...).
-    extra: dict[str, float] = field(default_factory=dict)
+    # probe's distance Spearman, NER's untyped span F1, the cross-entropy in bits, ...).
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # --- Optimisation -------------------------------------------------------------------------------
@@ -387,13 +419,6 @@ class HeadMix(nn.Module):
         return s[0].tolist(), gamma
 
 
-def _concat(x: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
-    """``(num_layers, G, *N, dim)`` -> ``(h, *N, num_layers * dim)``: each head's layers side by
-    side (layer 0 first, as ``LayerConcat``)."""
-    picked = x.index_select(1, groups).movedim(0, -2)  # (h, *N, layers, dim)
-    return picked.flatten(start_dim=-2)
-
-
 def _layer_norm(x: torch.Tensor, mask: torch.Tensor | None, eps: float = 1e-12) -> torch.Tensor:
     """Each layer of each minibatch normalized over its unmasked elements (as ``ScalarMix``):
     ``x`` ``(num_layers, G, *N, dim)``, ``mask`` ``(G, *N)`` bool or None."""
@@ -423,13 +448,19 @@ class _Part(nn.Module):
     """The heads of one input width: scalar mixes (one layer wide) or concatenations."""
 
     def __init__(
-        self, index: list[int], mix: HeadMix | None, probe: nn.Module, root: _Root | None
+        self,
+        index: list[int],
+        mix: HeadMix | None,
+        probe: nn.Module,
+        root: _Root | None,
+        baseline: bool = False,
     ) -> None:
         super().__init__()
         self.register_buffer("index", torch.tensor(index), persistent=False)  # (h,) in the fit
         self.mix = mix
         self.probe = probe
         self.root = root
+        self.baseline = baseline  # layer 0 beside the mix: [layer0; mix]
 
 
 @dataclass
@@ -439,6 +470,8 @@ class Evaluation:
     scores: torch.Tensor  # (heads,) the metric (the structural probe: NaN until the end)
     losses: torch.Tensor  # (heads,) mean loss per item (token, word, sentence)
     predicted: list  # per head, what the probe kind predicts (None where not evaluated)
+    # (heads, items) each item's loss, where asked for (token probes measuring information)
+    item_losses: torch.Tensor | None = None
 
 
 # A step's loss to differentiate, each head's mean loss (detached) and items: (H,), (H,).
@@ -471,14 +504,19 @@ class HeadProbes(nn.Module):
         self.seeds = sorted({head.seed for head in heads})
         self.seed_group = torch.tensor([self.seeds.index(head.seed) for head in heads])
         self.parts = nn.ModuleList()
-        # Three parts: fixed mixes (no gradient reaches their inputs), learned mixes, concats.
+        # Parts: fixed mixes (no gradient reaches their inputs), learned mixes, concats, and the
+        # two kinds of mix again with layer 0 beside them (conditional probing).
         kinds = {FeatureMode.SCALAR_MIX: 1, FeatureMode.CONCAT: 2}
-        for kind in range(3):
-            index = [i for i, h in enumerate(heads) if kinds.get(h.mode, 0) == kind]
+        for kind, baseline in ((0, False), (1, False), (2, False), (0, True), (1, True)):
+            index = [
+                i
+                for i, h in enumerate(heads)
+                if kinds.get(h.mode, 0) == kind and h.baseline == baseline
+            ]
             if not index:
                 continue
             concat = kind == 2
-            width = num_layers * dim if concat else dim
+            width = num_layers * dim if concat else dim * (2 if baseline else 1)
             # Each head draws its parameters (and dropout) from a generator of its own.
             generators = [torch.Generator().manual_seed(heads[i].seed) for i in index]
             mix = None
@@ -486,7 +524,7 @@ class HeadProbes(nn.Module):
                 mix = HeadMix([heads[i].mode for i in index], num_layers, settings.l2_lambda)
             probe = build(generators, width)
             root_vector = _Root(len(index), width, settings.root == "learned") if root else None
-            self.parts.append(_Part(index, mix, probe, root_vector))
+            self.parts.append(_Part(index, mix, probe, root_vector, baseline))
 
     def parameter_groups(self, schedule: Schedule) -> list[ParamGroup]:
         """Each parameter, its learning rate, weight decay and rows' heads (:class:`HeadAdam`)."""
@@ -514,13 +552,16 @@ class HeadProbes(nn.Module):
         groups: torch.Tensor,
         local: torch.Tensor,
         mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """The heads' inputs from layers ``x`` ``(num_layers, G, *N, dim)``: ``(h, *N, width)``."""
+    ) -> list[torch.Tensor]:
+        """The heads' inputs from layers ``x`` ``(num_layers, G, *N, dim)`` as blocks
+        ``(h, *N, d_k)`` that side by side are the input: each layer of a concatenation, layer 0
+        and the mix of a conditional head, or the mix alone."""
         if part.mix is None:
-            return _concat(x, groups)
+            return [_take(layer, groups) for layer in x]
         if self.layer_norm:
             x = _layer_norm(x, mask)
-        return part.mix(x, groups, local)
+        mixed = part.mix(x, groups, local)
+        return [_take(x[BASELINE_LAYER], groups), mixed] if part.baseline else [mixed]
 
     @staticmethod
     def penalty(part: _Part, local: torch.Tensor) -> torch.Tensor:
@@ -673,7 +714,7 @@ def _result(
 ) -> ProbeResult:
     mix_weights, gamma = probes.mix_summary(h)
     return ProbeResult(
-        features=probes.heads[h].mode.value,
+        features=probes.heads[h].features,
         metric=metric,
         seed=probes.heads[h].seed,
         dev=dev,
@@ -720,7 +761,11 @@ class TokenProbes(HeadProbes):
         vocabulary: LabelVocabulary,
         metric: TaskMetric | str,
         settings: ProbeSettings,
+        *,
+        bits: bool = False,
     ) -> None:
+        """``bits``: the results also give the cross-entropy in bits (``dev_bits``, ``test_bits``
+        per token, and each test sentence's sum), what information measures compare."""
         train = splits["train"]
         _check_token_splits(splits, vocabulary)
         self.pair = train.heads is not None
@@ -737,6 +782,7 @@ class TokenProbes(HeadProbes):
         self.metric = TaskMetric(metric)
         self.batch_size = settings.batch_size
         self.min_epoch_tokens = settings.min_epoch_tokens
+        self.bits = bits
 
     def epoch_steps(self, shuffles: Sequence[torch.Generator]) -> Iterator[list[torch.Tensor]]:
         tokens = len(self.splits["train"].labels)
@@ -766,12 +812,9 @@ class TokenProbes(HeadProbes):
         groups: torch.Tensor,
         local: torch.Tensor,
     ) -> torch.Tensor:
-        # The heads' inputs as blocks (h, N, dim): a concatenation's layers are never copied
+        # The heads' inputs as blocks (h, N, d_k): a concatenation's layers are never copied
         # side by side, each meets its slice of the probe's first weight.
-        if part.mix is None:
-            blocks = [_take(layer, groups) for layer in x]
-        else:
-            blocks = [self.inputs(part, x, groups, local)]
+        blocks = self.inputs(part, x, groups, local)
         if not self.pair:
             return part.probe(blocks, local)  # (h, B, labels)
         assert is_root is not None and part.root is not None
@@ -823,11 +866,13 @@ class TokenProbes(HeadProbes):
         counts = torch.full((len(self.heads),), float(len(step[0])), dtype=torch.float64)
         return total, _scatter(len(self.heads), pieces), counts
 
-    def evaluate(self, role: str, active: torch.Tensor) -> Evaluation:
+    def evaluate(self, role: str, active: torch.Tensor, item_losses: bool = False) -> Evaluation:
+        """The ``active`` heads on split ``role``; ``item_losses``: each token's loss too."""
         split = self.splits[role]
         heads = len(self.heads)
         predicted = torch.zeros(heads, len(split.labels), dtype=torch.long)
         loss_sum = torch.zeros(heads, dtype=torch.float64)
+        token_losses = torch.zeros(heads, len(split.labels)) if item_losses else None
         for chunk in torch.arange(len(split.labels)).split(EVAL_TOKENS):
             x, is_root = self._gather(split, [chunk])
             gold = split.labels[chunk]
@@ -838,11 +883,23 @@ class TokenProbes(HeadProbes):
                 groups = torch.zeros(len(local), dtype=torch.long)
                 logits = self._logits(part, x, is_root, groups, local)  # (h, n, labels)
                 predicted[numbers, chunk[0] : chunk[-1] + 1] = logits.argmax(dim=-1)
-                loss_sum[numbers] += _eval_losses(logits, gold, self.vocabulary).double()
+                losses = _token_losses(logits, gold, self.vocabulary)  # (h, n)
+                loss_sum[numbers] += losses.sum(dim=1).double()
+                if token_losses is not None:
+                    token_losses[numbers, chunk[0] : chunk[-1] + 1] = losses
         scores = torch.full((heads,), float("nan"), dtype=torch.float64)
         for h in torch.nonzero(active).flatten().tolist():
             scores[h] = self._score(predicted[h], split)
-        return Evaluation(scores, loss_sum / len(split.labels), list(predicted))
+        return Evaluation(scores, loss_sum / len(split.labels), list(predicted), token_losses)
+
+    def code_lengths(self, role: str) -> list[float]:
+        """Every head's code length of the labels of split ``role`` in bits: the sum of
+        ``-log2 p(label)`` under the head's probe (online code, Voita and Titov 2020)."""
+        everyone = torch.ones(len(self.heads), dtype=torch.bool)
+        with torch.no_grad():
+            evaluation = self.evaluate(role, everyone, item_losses=True)
+        assert evaluation.item_losses is not None
+        return (evaluation.item_losses.double().sum(dim=1) / math.log(2)).tolist()
 
     def _score(self, predicted: torch.Tensor, split: FeatureDataset) -> float:
         return task_score(
@@ -850,16 +907,18 @@ class TokenProbes(HeadProbes):
         )
 
     def results(self, fit: FitTrace) -> list[ProbeResult]:
-        dev, test = self.final_evaluations()
+        dev, test = self.final_evaluations(item_losses=self.bits)
         split = self.splits["test"]
         results = []
         for h in range(len(self.heads)):
-            extra = {}
+            extra: dict[str, Any] = {}
             if self.metric is TaskMetric.SPAN_F1:
                 extra = {
                     f"{role}_untyped_f1": self._untyped(evaluation.predicted[h], self.splits[role])
                     for role, evaluation in (("dev", dev), ("test", test))
                 }
+            if self.bits:
+                extra.update(_bits(dev, test, h, split.sentence_lengths))
             predicted = test.predicted[h]
             results.append(
                 _result(
@@ -901,18 +960,33 @@ def _rows(features: torch.Tensor, rows: torch.Tensor, groups: int) -> torch.Tens
     return gathered.view(gathered.shape[0], groups, -1, gathered.shape[-1])
 
 
-def _eval_losses(
+def _token_losses(
     logits: torch.Tensor, gold: torch.Tensor, vocabulary: LabelVocabulary
 ) -> torch.Tensor:
-    """Summed cross-entropy per head ``(h,)``; a label kept but unseen in train (no output of the
-    probe) counts as the loss of the least likely label."""
+    """Cross-entropy per head and token ``(h, n)`` in nats; a label kept but unseen in train (no
+    output of the probe) counts as the loss of the least likely label."""
     known = gold < vocabulary.num_train_labels
     log_probs = torch.log_softmax(logits, dim=-1)  # (h, n, labels)
     picked = log_probs.gather(
         2, gold.clamp(max=logits.shape[-1] - 1).expand(len(logits), -1)[..., None]
     )
     floor = log_probs.min(dim=-1).values  # (h, n)
-    return -torch.where(known, picked[..., 0], floor).sum(dim=1)
+    return -torch.where(known, picked[..., 0], floor)
+
+
+def _bits(
+    dev: Evaluation, test: Evaluation, h: int, test_sentence_lengths: Sequence[int]
+) -> dict[str, Any]:
+    """Head ``h``'s cross-entropy in bits per token on dev and test, and each test sentence's
+    summed bits (the report's paired bootstrap)."""
+    assert dev.item_losses is not None and test.item_losses is not None
+    to_bits = 1 / math.log(2)
+    sentences = test.item_losses[h].double().split(list(test_sentence_lengths))
+    return {
+        "dev_bits": float(dev.item_losses[h].double().mean()) * to_bits,
+        "test_bits": float(test.item_losses[h].double().mean()) * to_bits,
+        "per_sentence_test_bits": [round(float(s.sum()) * to_bits, 4) for s in sentences],
+    }
 
 
 def _check_widths(splits: dict[str, FeatureDataset] | dict[str, TreeDataset]) -> None:
@@ -1027,7 +1101,8 @@ class _TreeProbes(HeadProbes):
 
     def _mixed(self, part: _Part, layers: torch.Tensor, batch: SentenceBatch, local: torch.Tensor):
         groups = torch.zeros(len(local), dtype=torch.long)
-        return self.inputs(part, layers, groups, local, batch.mask[None])  # (h, b, n, width)
+        blocks = self.inputs(part, layers, groups, local, batch.mask[None])
+        return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=-1)  # (h, b, n, width)
 
     def step_loss(self, step: list[int], active: torch.Tensor) -> StepLoss:
         heads = len(self.heads)
@@ -1249,15 +1324,26 @@ def train_heads(
     kind: str,
     metric: TaskMetric | str | None = None,
     vocabulary: LabelVocabulary | None = None,
+    bits: bool = False,
 ) -> list[ProbeResult]:
     """Train every head on ``splits`` (train, dev, test) together and score each; ``kind`` is
-    ``token`` or ``pair`` (then ``metric`` and ``vocabulary`` are needed), ``arc`` or
-    ``structural``. Results come in the order of ``heads``."""
+    ``token`` or ``pair`` (then ``metric`` and ``vocabulary`` are needed; ``bits``: the results
+    give the cross-entropy in bits too), ``arc`` or ``structural``. Results come in the order of
+    ``heads``."""
     settings.check()
+    if any(head.baseline for head in heads) and kind not in ("token", "pair"):
+        raise ValueError("conditional heads (layer 0 beside a mode) are for token and pair probes")
     probes: HeadProbes
     if kind in ("token", "pair"):
         assert metric is not None and vocabulary is not None
-        probes = TokenProbes(heads, splits, vocabulary, metric, settings)  # type: ignore[arg-type]
+        probes = TokenProbes(
+            heads,
+            splits,  # type: ignore[arg-type]
+            vocabulary,
+            metric,
+            settings,
+            bits=bits,
+        )
     elif kind == "arc":
         probes = ArcProbes(heads, splits, settings)  # type: ignore[arg-type]
     elif kind == "structural":
@@ -1266,3 +1352,21 @@ def train_heads(
         raise ValueError(f"unknown probe kind {kind!r}")
     fit = fit_heads(probes, Schedule.of(settings, tree=kind in ("arc", "structural")))
     return probes.results(fit)
+
+
+def online_code_block(
+    heads: Sequence[Head],
+    splits: dict[str, FeatureDataset],
+    settings: ProbeSettings,
+    *,
+    metric: TaskMetric | str,
+    vocabulary: LabelVocabulary,
+) -> list[float]:
+    """One block of the online code (Voita and Titov 2020): train every head on
+    ``splits["train"]`` (the blocks so far; early stopping on dev, as any probe) and return, per
+    head, the code length in bits of the labels of ``splits["block"]`` (the next block) under its
+    best state."""
+    settings.check()
+    probes = TokenProbes(heads, splits, vocabulary, metric, settings)
+    fit_heads(probes, Schedule.of(settings, tree=False))
+    return probes.code_lengths("block")

@@ -9,6 +9,8 @@ mode and seed of it together (:mod:`elmolab.probing.engine`). Results, under
     <cell>/<features>/<encoder>/seed<k>/metrics.json            token, pair and tree tasks
     <cell>/<features>/<encoder>/seed<k>/fraction_<f>/...        learning-curve runs (token tasks)
     <cell>/<features>/<encoder>/seed<k>/test_predictions.txt    one test sentence a line
+    <cell>/<features>/<encoder>/seed<k>/online_code.json        the online code (task mdl)
+    <cell>/layer0+<mode>/<encoder>/seed<k>/metrics.json         conditional probes (conditional)
     <cell>/<features>/<encoder>/metrics.json                    wsd: nothing is random, no seeds
     <cell>/<features>/<encoder>/test_predictions.txt            wsd: "instance_id sense_key source"
 
@@ -16,7 +18,10 @@ mode and seed of it together (:mod:`elmolab.probing.engine`). Results, under
 best_epoch, epochs, hit_epoch_cap, mix_weights, gamma, wall_seconds, n_train_tokens,
 n_dev_tokens, n_test_tokens, n_train_sentences, per_sentence_test`` (per-sentence correct/total
 test counts for counted metrics, else null), the epoch ``history`` and the kind's further scores
-(``dev_dspr``/``test_dspr``, ``dev_untyped_f1``/``test_untyped_f1``). WSD writes F1 on the test
+(``dev_dspr``/``test_dspr``, ``dev_untyped_f1``/``test_untyped_f1``; a task measuring information,
+``mdl`` or ``conditional``, adds ``dev_bits``/``test_bits`` and ``per_sentence_test_bits``). The
+online code and conditional probing (Voita and Titov 2020; Hewitt et al. 2021) are
+``elmolab.io.results``'s to define. WSD writes F1 on the test
 set (``dev``: on the dev set) with precision, recall and the back-off count; the learned
 ``scalar_mix`` does not apply to 1-NN, so its folder holds ``{"applicable": false, ...}``. The
 whole cell appears at once, or not at all.
@@ -31,6 +36,7 @@ import logging
 import math
 import multiprocessing as mp
 import shutil
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import AbstractContextManager
@@ -44,10 +50,23 @@ import torch
 from elmolab.errors import ElmolabError
 from elmolab.fsutil import atomic_dir, write_json
 from elmolab.io.features import feature_path, summary_path
-from elmolab.io.results import METRICS_FILE, PREDICTIONS_FILE, run_folder
+from elmolab.io.results import (
+    CONDITIONAL_MODES,
+    METRICS_FILE,
+    ONLINE_CODE_FILE,
+    PREDICTIONS_FILE,
+    conditional_features,
+    run_folder,
+)
 from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
-from elmolab.probing.engine import Head, ProbeResult, ProbeSettings, train_heads
+from elmolab.probing.engine import (
+    Head,
+    ProbeResult,
+    ProbeSettings,
+    online_code_block,
+    train_heads,
+)
 from elmolab.probing.metrics import TaskMetric
 from elmolab.probing.tasks import (
     TREE_METRICS,
@@ -156,11 +175,15 @@ def task_sources(
 
 @dataclass(frozen=True)
 class Job:
-    """One fit of the engine: an encoder, a training set and the heads (modes x seeds) on it."""
+    """One fit of the engine: an encoder, a training set and the heads (modes x seeds) on it.
+
+    An online-code job (``block`` set) trains on the first ``fraction`` of the training sentences,
+    the blocks before ``block``, and measures the code length of block ``block``'s labels."""
 
     encoder: str
     fraction: float  # 1.0: the full training split
     heads: tuple[Head, ...]
+    block: int | None = None  # online code: the index in probe.online_code_fractions it codes
 
 
 def _probe_cell(
@@ -176,16 +199,28 @@ def _probe_cell(
     splits, labels = load_splits(task, data, settings)
     kind = TaskKind(task.kind)
     twins = layer0_twins(settings, modes, task.datasets())
-    jobs = plan_jobs(kind, modes, seeds, settings, twins)
+    jobs = plan_jobs(
+        kind, modes, seeds, settings, twins, conditional=task.conditional, mdl=task.mdl
+    )
     fits = _run_jobs(
         [
-            lambda job=job: _fit(task, kind, job, splits[job.encoder], labels, settings)
+            lambda job=job: (
+                _code_fit(job, splits[job.encoder], labels, settings, task.metric)
+                if job.block is not None
+                else _fit(task, kind, job, splits[job.encoder], labels, settings)
+            )
             for job in jobs
         ],
         settings.workers,
     )
+    codes = [(job, fit) for job, fit in zip(jobs, fits, strict=True) if job.block is not None]
+    if codes:
+        assert labels is not None
+        _write_online_codes(task, codes, splits, labels, settings, twins, out)
     results = []
     for job, (fit, counts) in zip(jobs, fits, strict=True):
+        if job.block is not None:
+            continue
         for result in fit:
             fields = {
                 "task": task.name,
@@ -201,7 +236,9 @@ def _probe_cell(
     for encoder, twin in twins.items():
         results += _copy_runs(results, twin, encoder, out)
     order = {encoder: i for i, encoder in enumerate(settings.encoders)}
+    # the grid's modes in order, then the conditional probes' (layer0+<mode>)
     mode_order = {mode: i for i, mode in enumerate(modes)}
+    mode_order |= {conditional_features(m): len(modes) + i for i, m in enumerate(modes)}
     return sorted(
         results,
         key=lambda m: (
@@ -219,10 +256,17 @@ def plan_jobs(
     seeds: Sequence[int],
     settings: ProbeSettings,
     twins: Mapping[str, str],
+    *,
+    conditional: bool = False,
+    mdl: bool = False,
 ) -> list[Job]:
     """The jobs of a cell, the big ones first: per training set (token tasks: the full one and
     each learning-curve share) and encoder, one fit of every mode and seed (but ``layer0`` of an
     encoder in ``twins``, :func:`layer0_twins`: its runs are copied).
+
+    ``conditional`` adds to each full fit the heads on layer 0 beside each mode of
+    ``CONDITIONAL_MODES`` among ``modes``; ``mdl`` adds the online code's jobs, one per block
+    after the first and encoder, with the full fits' modes and seeds.
 
     A cell without learning-curve jobs (pair and tree tasks) splits each fit by seed: three
     encoders' fits on two workers leave one worker idle for a third of the cell, nine fits of a
@@ -233,20 +277,37 @@ def plan_jobs(
     for fraction in fractions:
         if not 0.0 < fraction <= 1.0:
             raise ElmolabError(f"probe.train_fractions: {fraction} is not in (0, 1]")
-    by_seed = set(fractions) == {1.0} and settings.workers > 1
+    by_seed = set(fractions) == {1.0} and not mdl and settings.workers > 1
+
+    def heads_of(encoder: str, shard: Sequence[int]) -> tuple[Head, ...]:
+        return tuple(
+            Head(FeatureMode(mode), seed)
+            for mode in modes
+            if not (mode == FeatureMode.LAYER0.value and encoder in twins)
+            for seed in shard
+        )
+
+    conditioned = [mode for mode in CONDITIONAL_MODES if mode in modes] if conditional else []
     jobs = []
     for fraction in sorted(set(fractions), reverse=True):
         for encoder in settings.encoders:
             for shard in [[seed] for seed in seeds] if by_seed else [list(seeds)]:
-                heads = tuple(
-                    Head(FeatureMode(mode), seed)
-                    for mode in modes
-                    if not (mode == FeatureMode.LAYER0.value and encoder in twins)
-                    for seed in shard
-                )
+                heads = heads_of(encoder, shard)
+                if fraction == 1.0:
+                    heads += tuple(
+                        Head(FeatureMode(mode), seed, baseline=True)
+                        for mode in conditioned
+                        for seed in shard
+                    )
                 if heads:
                     jobs.append(Job(encoder, fraction, heads))
-    return jobs
+    if mdl:
+        blocks = settings.online_code_fractions
+        for block in range(1, len(blocks)):
+            for encoder in settings.encoders:
+                if heads := heads_of(encoder, list(seeds)):
+                    jobs.append(Job(encoder, blocks[block - 1], heads, block))
+    return sorted(jobs, key=lambda job: -job.fraction)  # stable: the order above within a size
 
 
 def load_splits(
@@ -305,6 +366,7 @@ def _fit(
         kind=kind.value,
         metric=None if kind.is_tree else task.metric,
         vocabulary=None if labels is None else labels.vocabulary,
+        bits=(task.mdl or task.conditional) and job.fraction == 1.0,
     )
     counts = {f"n_{role}_tokens": int(fit_splits[role].features.shape[1]) for role in ROLES}
     counts["n_train_sentences"] = len(train.sentence_lengths)
@@ -324,6 +386,110 @@ def _fit(
             ", epoch cap" if result.hit_epoch_cap else "",
         )
     return results, counts
+
+
+def online_code_blocks(sentences: int, settings: ProbeSettings) -> list[list[int]]:
+    """The online code's blocks of training sentences: block ``i`` holds the sentences of the
+    first ``probe.online_code_fractions[i]`` share (:func:`training_subset`, nested) that the
+    share before it lacks."""
+    blocks, before = [], set[int]()
+    for fraction in settings.online_code_fractions:
+        upto = training_subset(sentences, fraction, settings)
+        blocks.append([i for i in upto if i not in before])
+        before.update(upto)
+    return blocks
+
+
+# An online-code job's result: each head's code length of its block (bits), and the fit's time.
+CodeFit = tuple[list[float], float]
+
+
+def _code_fit(
+    job: Job,
+    splits: dict[str, Any],
+    labels: TaskLabels | None,
+    settings: ProbeSettings,
+    metric: str,
+) -> CodeFit:
+    """The code length of block ``job.block``'s labels under probes trained on the blocks before
+    it (early stopping on dev, as every probe)."""
+    assert job.block is not None and labels is not None
+    started = time.perf_counter()
+    train = splits["train"]
+    blocks = online_code_blocks(len(train.sentence_lengths), settings)
+    if not blocks[job.block]:  # a share too small to add a sentence: nothing to code
+        return [0.0] * len(job.heads), 0.0
+    before = sorted(i for block in blocks[: job.block] for i in block)
+    fit_splits = {**splits, "train": train.subset(before), "block": train.subset(blocks[job.block])}
+    bits = online_code_block(
+        job.heads, fit_splits, settings, metric=metric, vocabulary=labels.vocabulary
+    )
+    return bits, time.perf_counter() - started
+
+
+def _write_online_codes(
+    task: TaskConfig,
+    codes: list[tuple[Job, CodeFit]],
+    splits: dict[str, dict[str, Any]],
+    labels: TaskLabels,
+    settings: ProbeSettings,
+    twins: Mapping[str, str],
+    out: Path,
+) -> None:
+    """One ``online_code.json`` per encoder, feature mode and seed (``elmolab.io.results``): the
+    first block under the uniform code, each later one as its job measured it."""
+    classes = labels.vocabulary.num_train_labels
+    fractions = list(settings.online_code_fractions)
+    per_run: dict[tuple[str, str, int], dict[int, float]] = {}
+    seconds: dict[tuple[str, str, int], float] = {}
+    for job, (bits, wall) in codes:
+        assert job.block is not None
+        for head, head_bits in zip(job.heads, bits, strict=True):
+            key = (job.encoder, head.features, head.seed)
+            per_run.setdefault(key, {})[job.block] = head_bits
+            seconds[key] = seconds.get(key, 0.0) + wall / len(job.heads)
+    written = []
+    for (encoder, features, seed), blocks_bits in per_run.items():
+        train = splits[encoder]["train"]
+        blocks = online_code_blocks(len(train.sentence_lengths), settings)
+        block_tokens = [sum(train.sentence_lengths[i] for i in block) for block in blocks]
+        block_bits = [block_tokens[0] * math.log2(classes)]
+        block_bits += [blocks_bits[i] for i in range(1, len(blocks))]
+        uniform = sum(block_tokens) * math.log2(classes)
+        online = sum(block_bits)
+        code = {
+            "task": task.name,
+            "features": features,
+            "encoder": encoder,
+            "seed": seed,
+            "labels": classes,
+            "fractions": fractions,
+            "block_tokens": block_tokens,
+            "block_bits": [round(b, 3) for b in block_bits],
+            "uniform_bits": round(uniform, 3),
+            "online_bits": round(online, 3),
+            "compression": uniform / online if online > 0 else math.inf,
+            "wall_seconds": round(seconds[(encoder, features, seed)], 3),
+        }
+        write_json(out / features / encoder / run_folder(seed) / ONLINE_CODE_FILE, code)
+        written.append(code)
+        log.info(
+            "%s/%s/%s/seed%d: online code %.1f kbits, uniform %.1f kbits, compression %.2f",
+            task.name,
+            features,
+            encoder,
+            seed,
+            online / 1000,
+            uniform / 1000,
+            code["compression"],
+        )
+    layer0 = FeatureMode.LAYER0.value
+    for encoder, source in twins.items():
+        for code in written:
+            if code["encoder"] == source and code["features"] == layer0:
+                copy = {**code, "encoder": encoder, "same_features_as": source}
+                folder = out / layer0 / encoder / run_folder(code["seed"])
+                write_json(folder / ONLINE_CODE_FILE, copy)
 
 
 def _write_run(

@@ -145,10 +145,19 @@ class TaskConfig:
     unseen: str  # a dev/test label absent from train: "raise" or "keep" (never right)
     control_seed: int | None  # set: the control task of this task, mapping fixed by the seed
     wordnet: str | None  # wsd: WordNet's index.sense (candidate senses, first sense)
+    # Token tasks: the online code length of the labels (MDL, Voita and Titov 2020) per feature
+    # mode, encoder and seed (probe.online_code_fractions).
+    mdl: bool = False
+    # Token tasks: conditional probing (Hewitt et al. 2021), probes on [layer0; layer k] for
+    # k = 1, 2 and the scalar mix beside the layer-0 probe; the information beyond layer 0.
+    conditional: bool = False
 
     def check(self) -> None:
         """Reject inconsistent settings, naming the key."""
         kind = _parse(TaskKind, self.kind, "task.kind")
+        for key in ("mdl", "conditional"):
+            if getattr(self, key) and kind is not TaskKind.TOKEN:
+                raise ElmolabError(f"task.{key}: measured for token tasks, not {kind.value}")
         if kind is TaskKind.WSD:
             if self.metric != "f1":
                 raise ElmolabError(f"task.metric: wsd is scored by f1, not {self.metric!r}")

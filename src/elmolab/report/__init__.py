@@ -1,7 +1,8 @@
 """The report stage: collect every stage's results, test them, draw them, write them.
 
 ``collect`` reads and validates the inputs, ``stats`` aggregates over seeds and tests the scalar
-mix against the best single layer, ``polysemy`` finds nearest neighbours of polysemous words,
+mix against the best single layer, ``information`` the information measures (online code,
+information beyond layer 0), ``polysemy`` finds nearest neighbours of polysemous words,
 ``figures``, ``tables`` and ``writers`` produce the files, and ``build`` ties them together.
 """
 

@@ -29,6 +29,12 @@ from elmolab.report.collect import (
     Inputs,
     collect,
 )
+from elmolab.report.information import (
+    CodeCell,
+    Gain,
+    conditional_gains,
+    online_code_cells,
+)
 from elmolab.report.polysemy import PolysemyConfig, WordNeighbours, nearest_neighbours
 from elmolab.report.sections import Sections
 from elmolab.report.stats import (
@@ -107,6 +113,11 @@ class ReportData:
     params_yaml: str
     version: CodeVersion
     significance: SignificanceConfig
+    # The information measures (report.information): online codes by (task, features, encoder),
+    # the conditional probes by (task, "layer0+<mode>", encoder), their information beyond layer 0.
+    online_codes: dict[tuple[str, str, str], CodeCell] = field(default_factory=dict)
+    conditional_cells: dict[tuple[str, str, str], Cell] = field(default_factory=dict)
+    gains: list[Gain] = field(default_factory=list)
 
     @property
     def tasks(self) -> list[str]:
@@ -152,6 +163,7 @@ def gather(config: ReportConfig, title: str, params_yaml: str, seed: int, cwd: P
     cells = group_cells(inputs.probes)
     curve_cells = learning_curve_cells(inputs.curves, cells)
     comparisons = compare_mix_to_best_layer(cells, samples, seed)
+    conditional_cells = group_cells(inputs.conditional)
     polysemy = _polysemy(config, inputs.missing) if config.polysemy.enabled else []
     return ReportData(
         title=title,
@@ -171,6 +183,9 @@ def gather(config: ReportConfig, title: str, params_yaml: str, seed: int, cwd: P
         params_yaml=params_yaml,
         version=code_version(cwd),
         significance=config.significance,
+        online_codes=online_code_cells(inputs.online_codes),
+        conditional_cells=conditional_cells,
+        gains=conditional_gains(cells, conditional_cells, samples, seed),
     )
 
 
@@ -245,4 +260,8 @@ def _figures(data: ReportData) -> list[tuple[str, Figure]]:
         drawn.append(("selectivity", figures.selectivity_bars(data.selectivity, encoders)))
     if data.curve_cells:
         drawn.append(("probe_learning_curves", figures.probe_learning_curves(data.curve_cells)))
+    if data.online_codes:
+        drawn.append(("online_code", figures.online_code_bars(data.online_codes)))
+    if data.gains:
+        drawn.append(("conditional_probing", figures.conditional_bars(data.gains)))
     return drawn

@@ -1,4 +1,5 @@
-"""Read what the other stages wrote: pretraining metrics and curve, and one JSON per probe run.
+"""Read what the other stages wrote: pretraining metrics and curve, one JSON per probe run and
+one per online code.
 
 Every file is self-describing and validated; a missing key or a value of the wrong type is an
 ElmolabError naming the file. A missing *input* (no random control yet, no WSD runs) is not an
@@ -7,7 +8,11 @@ error: :class:`Inputs` lists what is missing so the report can say so.
 The files, their folders and columns are ``elmolab.io.results``'s (the contract with the
 stages that write them); a probe run's ``task``, ``features``, ``encoder``, ``seed`` and
 ``train_fraction`` must agree with its path (files without ``train_fraction`` predate learning
-curves: f = 1).
+curves: f = 1); so must an online code's ``task``, ``features``, ``encoder`` and ``seed``.
+
+Conditional probes (features ``layer0+<mode>``) are kept apart from the other runs
+(:attr:`Inputs.conditional`): they belong to the information section only, never to the per-layer
+tables, figures and findings.
 """
 
 from __future__ import annotations
@@ -18,17 +23,20 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from elmolab.errors import ElmolabError
 from elmolab.io.results import (
+    CONDITIONAL_BASE,
     CURVE_FILE,
     CURVE_REQUIRED,
     FRACTION_PREFIX,
     METRICS_FILE,
+    conditional_features,
     learning_curve_paths,
+    online_code_paths,
     probe_run_paths,
 )
 
@@ -66,6 +74,17 @@ STRUCTURAL_TASK = "structural"  # the Hewitt and Manning (2019) structural probe
 SINGLE_LAYERS = ("layer0", "layer1", "layer2")
 SCALAR_MIX = "scalar_mix"
 CONTROL_SUFFIX = "_control"  # task "x_control" is the control task of task "x"
+CONDITIONAL_PREFIX = conditional_features("")  # "layer0+": layer 0 beside another mode
+# A run's cross-entropy in bits per token, in ProbeRun.extra (tasks that measure information).
+DEV_BITS = "dev_bits"
+TEST_BITS = "test_bits"
+
+
+def conditioned_mode(features: str) -> str | None:
+    """The mode a conditional probe reads beside layer 0 (``layer0+layer1`` -> ``layer1``); None
+    for every other feature mode."""
+    mode = features.removeprefix(CONDITIONAL_PREFIX)
+    return None if mode == features else mode
 
 
 def encoder_label(encoder: str, short: bool = False) -> str:
@@ -93,7 +112,8 @@ class ProbeRun:
     metric; e.g. the learned scalar mix for WSD 1-NN).
 
     ``extra`` holds the further split scores, ``dev_<name>`` and ``test_<name>`` (the structural
-    probe's ``dev_dspr``, ``test_dspr``)."""
+    probe's ``dev_dspr``, ``test_dspr``; a task measuring information: ``dev_bits``,
+    ``test_bits``)."""
 
     path: Path
     task: str
@@ -112,6 +132,42 @@ class ProbeRun:
     extra: dict[str, float] = field(default_factory=dict, hash=False)
     epochs: int | None = None  # epochs trained (None: nothing trained, or not recorded)
     hit_epoch_cap: bool | None = None  # still improving at the epoch cap (None: not recorded)
+    # Summed bits of each test sentence, aligned with per_sentence_test (information tasks).
+    per_sentence_test_bits: np.ndarray | None = field(default=None, compare=False, repr=False)
+    wall_seconds: float | None = None  # the probe's training time (None: not recorded)
+
+    @property
+    def identity(self) -> tuple[Any, ...]:
+        """What makes a run unique across sources."""
+        return (self.task, self.features, self.encoder, self.seed, self.train_fraction)
+
+
+@dataclass(frozen=True)
+class OnlineCode:
+    """One ``online_code.json``: the online code length of a task's training labels given one
+    encoder's features (Voita and Titov 2020), one seed."""
+
+    path: Path
+    task: str
+    features: str
+    encoder: str
+    seed: int
+    labels: int  # the label count of the uniform code
+    fractions: tuple[float, ...]  # nested shares of the training sentences ending each block
+    block_tokens: tuple[int, ...]  # per block
+    block_bits: tuple[float, ...]  # per block: the code length of its labels
+    uniform_bits: float  # every training label under the uniform code
+    online_bits: float  # sum(block_bits)
+    compression: float  # uniform_bits / online_bits
+    wall_seconds: float  # the block probes' training time
+    same_features_as: str | None = None  # copied from this encoder (identical features)
+
+    @property
+    def identity(self) -> tuple[Any, ...]:
+        return (self.task, self.features, self.encoder, self.seed)
+
+
+R = TypeVar("R", ProbeRun, OnlineCode)  # a result that is unique across sources
 
 
 @dataclass(frozen=True)
@@ -125,11 +181,16 @@ class Pretraining:
 
 @dataclass
 class Inputs:
+    """Every input of the report. ``probes`` and ``curves`` hold the runs of the feature modes
+    proper; the conditional probes (``layer0+<mode>``) are in ``conditional`` only."""
+
     trained: Pretraining | None
     random: Pretraining | None
     probes: list[ProbeRun]
     curves: list[ProbeRun] = field(default_factory=list)  # learning-curve runs (fraction < 1)
     missing: list[str] = field(default_factory=list)  # one sentence per missing input
+    conditional: list[ProbeRun] = field(default_factory=list)  # on all the training data
+    online_codes: list[OnlineCode] = field(default_factory=list)
 
 
 def collect(
@@ -138,15 +199,21 @@ def collect(
     """Read every input the report uses; what is absent is listed in ``Inputs.missing``.
 
     ``sources`` adds probe results from elsewhere (:func:`probe_roots`): a Hydra multirun folder,
-    one run's folder, or a probes folder. A run found twice is an error naming both files.
+    one run's folder, or a probes folder. A run (or online code) found twice is an error naming
+    both files. Learning-curve runs of conditional probes are left out (no section shows them).
     """
     missing: list[str] = []
     trained = _read_pretraining(bilm_dir, "trained biLM", missing, with_curve=True)
     random = _read_pretraining(random_dir, "random-initialisation control", missing)
     roots = [probes_dir] if probes_dir.is_dir() else []
     roots += [root for source in sources for root in probe_roots(source)]
-    probes = _unique([run for root in roots for run in read_probe_runs(root)])
-    curves = _unique([run for root in roots for run in read_learning_curve_runs(root)])
+    runs = _unique([run for root in roots for run in read_probe_runs(root)], "probe run")
+    probes = [run for run in runs if conditioned_mode(run.features) is None]
+    conditional = [run for run in runs if conditioned_mode(run.features) is not None]
+    curves = _unique([run for root in roots for run in read_learning_curve_runs(root)], "probe run")
+    curves = [run for run in curves if conditioned_mode(run.features) is None]
+    codes = _unique([code for root in roots for code in read_online_codes(root)], "online code")
+    missing += _unpaired_conditional(probes, conditional)
     if not probes:
         missing.append(f"no probe results under {probes_dir}/ (the probe stage has not run)")
     else:
@@ -173,7 +240,7 @@ def collect(
                 "no learning-curve runs (<task>/<features>/<encoder>/seed<k>/"
                 f"{FRACTION_PREFIX}<f>/): probe learning curves are not shown"
             )
-    return Inputs(trained, random, probes, curves, missing)
+    return Inputs(trained, random, probes, curves, missing, conditional, codes)
 
 
 HYDRA_PROBES = "probes"  # the probe stage's folder inside a Hydra run (multirun job) folder
@@ -194,19 +261,39 @@ def probe_roots(source: Path) -> list[Path]:
     return jobs or [source]
 
 
-def _unique(runs: list[ProbeRun]) -> list[ProbeRun]:
-    """``runs``, or an error naming the two files of a run found twice."""
+def _unique(results: list[R], what: str) -> list[R]:
+    """``results`` (probe runs or online codes), or an error naming the two files of one found
+    twice."""
     seen: dict[tuple[Any, ...], Path] = {}
-    for run in runs:
-        key = (run.task, run.features, run.encoder, run.seed, run.train_fraction)
-        if key in seen:
+    for result in results:
+        if result.identity in seen:
             raise ElmolabError(
-                f"the same probe run (task {run.task}, features {run.features}, encoder "
-                f"{run.encoder}, seed {run.seed}) is also in {seen[key]}: keep one source",
-                run.path,
+                f"the same {what} (task {result.task}, features {result.features}, encoder "
+                f"{result.encoder}, seed {result.seed}) is also in {seen[result.identity]}: "
+                "keep one source",
+                result.path,
             )
-        seen[key] = run.path
-    return runs
+        seen[result.identity] = result.path
+    return results
+
+
+def _unpaired_conditional(probes: list[ProbeRun], conditional: list[ProbeRun]) -> list[str]:
+    """A missing-input line for conditional probes whose layer-0 run of the same seed is absent
+    (the information beyond layer 0 needs it), or none."""
+    baselines = {
+        (run.task, run.encoder, run.seed) for run in probes if run.features == CONDITIONAL_BASE
+    }
+    unpaired = dict.fromkeys(
+        f"{run.task}/{run.features}/{run.encoder}/seed{run.seed}"
+        for run in conditional
+        if (run.task, run.encoder, run.seed) not in baselines
+    )
+    if not unpaired:
+        return []
+    return [
+        f"conditional probes without the {CONDITIONAL_BASE} run of their seed (not shown): "
+        + ", ".join(unpaired)
+    ]
 
 
 def _read_pretraining(
@@ -311,6 +398,7 @@ def read_probe_run(path: Path, probes_dir: Path) -> ProbeRun:
     weights = (
         _require(data, "mix_weights", list, path, nullable=True) if "mix_weights" in data else None
     )
+    per_sentence_test = _per_sentence(data.get("per_sentence_test"), path)
     return ProbeRun(
         path=path,
         task=task,
@@ -324,7 +412,7 @@ def read_probe_run(path: Path, probes_dir: Path) -> ProbeRun:
         if weights is None
         else tuple(_as_float(w, "mix_weights", path) for w in weights),
         gamma=_require(data, "gamma", float, path, nullable=True) if "gamma" in data else None,
-        per_sentence_test=_per_sentence(data.get("per_sentence_test"), path),
+        per_sentence_test=per_sentence_test,
         train_fraction=train_fraction,
         n_train_sentences=n_train_sentences,
         epochs=_require(data, "epochs", int, path) if "epochs" in data else None,
@@ -332,6 +420,10 @@ def read_probe_run(path: Path, probes_dir: Path) -> ProbeRun:
             _require(data, "hit_epoch_cap", bool, path) if "hit_epoch_cap" in data else None
         ),
         extra=_extra_scores(data, path),
+        per_sentence_test_bits=_per_sentence_bits(data, per_sentence_test, path),
+        wall_seconds=(
+            _require(data, "wall_seconds", float, path) if "wall_seconds" in data else None
+        ),
     )
 
 
@@ -391,6 +483,81 @@ def _per_sentence(value: Any, path: Path) -> PerSentence | None:
     ):
         raise ElmolabError("per_sentence_test: counts must be integers with correct <= total", path)
     return PerSentence(correct.astype(np.int64), total.astype(np.int64))
+
+
+def _per_sentence_bits(
+    data: Mapping[str, Any], per_sentence_test: PerSentence | None, path: Path
+) -> np.ndarray | None:
+    """``per_sentence_test_bits`` (absent or null: None): a number per test sentence, as many as
+    ``per_sentence_test`` counts where it is there."""
+    if data.get("per_sentence_test_bits") is None:
+        return None
+    bits = _number_list(data, "per_sentence_test_bits", path)
+    if per_sentence_test is not None and len(bits) != len(per_sentence_test.total):
+        raise ElmolabError(
+            f"per_sentence_test_bits: {len(bits)} sentences but per_sentence_test has "
+            f"{len(per_sentence_test.total)}",
+            path,
+        )
+    return np.asarray(bits, dtype=float)
+
+
+def read_online_codes(probes_dir: Path) -> list[OnlineCode]:
+    """Every ``online_code.json`` under ``probes_dir``, validated against its path."""
+    return [read_online_code(path, probes_dir) for path in online_code_paths(probes_dir)]
+
+
+def read_online_code(path: Path, probes_dir: Path) -> OnlineCode:
+    """One online code (``elmolab.io.results``): every field checked, the per-block lists of one
+    length, and ``task``, ``features``, ``encoder``, ``seed`` as in its path."""
+    data = _load_json_object(path)
+    parts = path.relative_to(probes_dir).parts[:-1]  # task, features, encoder, seed<k>
+    task = _require(data, "task", str, path)
+    features = _require(data, "features", str, path)
+    encoder = _require(data, "encoder", str, path)
+    seed = _require(data, "seed", int, path)
+    if (task, features, encoder, f"seed{seed}") != parts:
+        raise ElmolabError(
+            f"contents (task {task!r}, features {features!r}, encoder {encoder!r}, seed {seed}) "
+            "disagree with the file's path",
+            path,
+        )
+    fractions = _number_list(data, "fractions", path)
+    block_tokens = _require(data, "block_tokens", list, path)
+    if any(isinstance(n, bool) or not isinstance(n, int) for n in block_tokens):
+        raise ElmolabError("'block_tokens' should be a list of integers", path)
+    block_bits = _number_list(data, "block_bits", path)
+    if not fractions or not len(fractions) == len(block_tokens) == len(block_bits):
+        raise ElmolabError(
+            f"fractions, block_tokens and block_bits should have one entry per block, got "
+            f"{len(fractions)}, {len(block_tokens)} and {len(block_bits)}",
+            path,
+        )
+    return OnlineCode(
+        path=path,
+        task=task,
+        features=features,
+        encoder=encoder,
+        seed=seed,
+        labels=_require(data, "labels", int, path),
+        fractions=tuple(fractions),
+        block_tokens=tuple(block_tokens),
+        block_bits=tuple(block_bits),
+        uniform_bits=_require(data, "uniform_bits", float, path),
+        online_bits=_require(data, "online_bits", float, path),
+        compression=_require(data, "compression", float, path),
+        wall_seconds=_require(data, "wall_seconds", float, path),
+        same_features_as=(
+            _require(data, "same_features_as", str, path, nullable=True)
+            if "same_features_as" in data
+            else None
+        ),
+    )
+
+
+def _number_list(data: Mapping[str, Any], key: str, path: Path) -> list[float]:
+    """``data[key]``, checked to be a list of numbers."""
+    return [_as_float(value, key, path) for value in _require(data, key, list, path)]
 
 
 def _load_json_object(path: Path) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from elmolab.report.collect import (
     encoder_label,
     ordered,
 )
+from elmolab.report.information import CodeCell, Gain, conditional_label
 from elmolab.report.stats import Cell, Selectivity
 
 ENCODER_COLORS = {"trained": "#1f5fa8", "random": "#a0a0a0", "token_only": "#e08a2c"}
@@ -372,5 +373,88 @@ def probe_learning_curves(curve_cells: dict[tuple[str, str, str, float], Cell]) 
         ncol=len(handles),  # one row: the encoders (colours), then the modes (markers)
         frameon=False,
         fontsize=9,
+    )
+    return figure
+
+
+def _bar_value(
+    axis: Axes, x: float, values: np.ndarray, width: float, color: str, label: str
+) -> None:
+    """One bar: the mean of ``values`` (one per seed), an error bar of one standard deviation
+    for several, the seeds as dots, and ``label`` above it."""
+    mean = float(values.mean())
+    std = float(values.std(ddof=1)) if len(values) > 1 else 0.0
+    axis.bar(x, mean, width, yerr=std if len(values) > 1 else None, capsize=2, color=color)
+    axis.plot(np.full(len(values), x), values, ".", color="black", markersize=3)
+    top = max(mean + std, float(values.max()), 0.0)
+    axis.text(x, top, label, ha="center", va="bottom", fontsize=7)
+
+
+def online_code_bars(code_cells: dict[tuple[str, str, str], CodeCell]) -> Figure:
+    """Per task (control tasks included), the compression of the online code (uniform / online
+    code length) per feature mode, one bar per encoder; the dashed line is the uniform code."""
+    tasks = list(dict.fromkeys(task for task, _, _ in code_cells))
+    encoders = ordered({encoder for _, _, encoder in code_cells}, ENCODER_ORDER)
+    width = 0.92 * BAR_GROUP_WIDTH / len(encoders)
+    columns = min(2, len(tasks))
+    rows = math.ceil(len(tasks) / columns)
+    figure = Figure(figsize=(6.5 * columns, 3.4 * rows + 0.4), layout="constrained")
+    axes = list(figure.subplots(rows, columns, squeeze=False).flat)
+    for axis, task in zip(axes, tasks, strict=False):
+        features = ordered({f for t, f, _ in code_cells if t == task}, FEATURE_ORDER)
+        for e, encoder in enumerate(encoders):
+            for i, mode in enumerate(features):
+                cell = code_cells.get((task, mode, encoder))
+                if cell is None:
+                    continue
+                values = np.array(cell.compression.values)  # (seeds,)
+                x = _bar_x(i, e, len(encoders))
+                _bar_value(axis, x, values, width, encoder_color(encoder), f"{values.mean():.2f}")
+        axis.axhline(1.0, color="black", linestyle="--", linewidth=1)
+        axis.set_xticks(range(len(features)), [f.replace("_", "\n") for f in features], fontsize=8)
+        axis.set_xlim(-0.5, len(features) - 0.5)
+        axis.set_ylabel("compression (uniform / online)", fontsize=9)
+        axis.set_title(f"{task}: online code", fontsize=11)
+        _tidy(axis, "y")
+    for axis in axes[len(tasks) :]:
+        axis.set_visible(False)
+    figure.legend(
+        *_encoder_legend(encoders), loc="outside upper center", ncol=len(encoders), frameon=False
+    )
+    return figure
+
+
+def conditional_bars(gains: list[Gain]) -> Figure:
+    """Per task, the information beyond layer 0 (test bits per token the probe on layer 0 beside
+    a mode saves over the probe on layer 0 alone) per mode, one bar per encoder."""
+    tasks = list(dict.fromkeys(gain.task for gain in gains))
+    encoders = ordered({gain.encoder for gain in gains}, ENCODER_ORDER)
+    by_key = {(g.task, g.mode, g.encoder): g for g in gains}
+    width = 0.92 * BAR_GROUP_WIDTH / len(encoders)
+    columns = min(2, len(tasks))
+    rows = math.ceil(len(tasks) / columns)
+    figure = Figure(figsize=(6.0 * columns, 3.4 * rows + 0.4), layout="constrained")
+    axes = list(figure.subplots(rows, columns, squeeze=False).flat)
+    for axis, task in zip(axes, tasks, strict=False):
+        modes = list(dict.fromkeys(g.mode for g in gains if g.task == task))
+        for e, encoder in enumerate(encoders):
+            for i, mode in enumerate(modes):
+                gain = by_key.get((task, mode, encoder))
+                if gain is None or not gain.test_bits.n:
+                    continue
+                values = np.array(gain.test_bits.values)  # (seeds,)
+                x = _bar_x(i, e, len(encoders))
+                _bar_value(axis, x, values, width, encoder_color(encoder), f"{values.mean():+z.2f}")
+        axis.axhline(0.0, color="black", linewidth=0.8)
+        labels = [conditional_label(mode).replace(" + ", " +\n") for mode in modes]
+        axis.set_xticks(range(len(modes)), labels, fontsize=8)
+        axis.set_xlim(-0.5, len(modes) - 0.5)
+        axis.set_ylabel("bits/token beyond layer 0 (test)", fontsize=9)
+        axis.set_title(f"{task}: information beyond layer 0", fontsize=11)
+        _tidy(axis, "y")
+    for axis in axes[len(tasks) :]:
+        axis.set_visible(False)
+    figure.legend(
+        *_encoder_legend(encoders), loc="outside upper center", ncol=len(encoders), frameon=False
     )
     return figure

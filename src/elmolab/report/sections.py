@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from elmolab.report import tables
 from elmolab.report.collect import encoder_label
+from elmolab.report.information import conditional_label
 
 if TYPE_CHECKING:
     from elmolab.report.build import ReportData
@@ -264,6 +265,90 @@ def all_results(data: ReportData) -> Table | None:
     )
 
 
+ONLINE_CODE_METHOD = (
+    "Online code (Voita and Titov 2020): the training labels sent in blocks that end at {blocks}"
+    " of the training sentences, the first block under the uniform code, each later one under a"
+    " probe trained on the blocks before it. Compression: uniform code length / online code"
+    " length (higher: the features make the labels easier to learn, from less data); mean ± std"
+    " over seeds."
+)
+CONDITIONAL_METHOD = (
+    "Information beyond layer 0 (conditional probing, Hewitt et al. 2021): the test"
+    " cross-entropy of the probe on layer 0 minus that of the probe on layer 0 beside the mode,"
+    " in bits per token (positive: the mode adds information that layer 0 lacks), and the test"
+    " metric of the latter minus the former, in points; mean ± std over seeds. *: significant"
+    " (p < {alpha}): a paired bootstrap over test sentences (bits: each sentence's summed bits over"
+    " its tokens, a ratio of sums; the metric: per-sentence counts) where the runs have them, else"
+    " a paired t-test over seeds."
+)
+
+
+def online_code(data: ReportData) -> Table | None:
+    rows = tables.online_code_table(data)
+    if not rows:
+        return None
+    encoders = tables.online_code_encoders(data)
+    controlled = any(r.control_task for r in rows)
+    columns = [Column("task"), Column("features")]
+    for encoder in encoders:
+        label = encoder_label(encoder, short=True)
+        columns += [Column(label, "compression"), Column(label, "online code, kbits")]
+        columns += [Column(label, "control task's compression")] if controlled else []
+    cells = []
+    for r in rows:
+        row = [TableCell(r.task), TableCell(r.features)]
+        for e in range(len(encoders)):
+            row += [_number(r.compression[e], r.hovers[e]), _number(r.kbits[e])]
+            control = f"control task {r.control_task}" if r.control_task else ""
+            row += [_number(r.control[e], control)] if controlled else []
+        cells.append(row)
+    blocks = tables.online_code_blocks(data)
+    note = f"Uniform code: {tables.uniform_codes(data)}."
+    note += f" Probe time of the online codes: {tables.measure_time_text(data, 'online_code')}."
+    return Table(
+        columns,
+        cells,
+        _starts([r.task for r in rows]),
+        note_before=ONLINE_CODE_METHOD.format(blocks=blocks),
+        note=note + " Copies (an encoder with identical features) are not counted.",
+    )
+
+
+def conditional(data: ReportData) -> Table | None:
+    rows = tables.conditional_table(data)
+    if not rows:
+        return None
+    encoders = tables.conditional_encoders(data)
+    columns = [Column("task"), Column("probe reads")]
+    for encoder in encoders:
+        label = encoder_label(encoder, short=True)
+        columns += [Column(label, "bits/token gained"), Column(label, "metric gained, points")]
+    cells = [
+        [
+            TableCell(r.task, detail=r.metric),
+            TableCell(conditional_label(r.mode)),
+            *(
+                cell
+                for e in range(len(encoders))
+                for cell in (
+                    _number(r.bits[e], r.bits_hovers[e]),
+                    _number(r.metric_gains[e], r.metric_hovers[e]),
+                )
+            ),
+        ]
+        for r in rows
+    ]
+    seconds = tables.measure_time_text(data, "conditional")
+    return Table(
+        columns,
+        cells,
+        _starts([r.task for r in rows]),
+        note_before=CONDITIONAL_METHOD.format(alpha=data.significance.alpha),
+        note=f"Dev bits per token gained: in each bits cell's hover text. Probe time of the"
+        f" conditional probes: {seconds}.",
+    )
+
+
 @dataclass(frozen=True)
 class Sections:
     """The main result's findings and every table of the report (None: a section without results
@@ -277,6 +362,10 @@ class Sections:
     structural: Table | None
     selectivity: Table | None
     results: Table | None
+    online_code: Table | None
+    online_code_findings: list[str]  # a sentence per task
+    conditional: Table | None
+    conditional_findings: list[str]  # a sentence per task
 
     @classmethod
     def of(cls, data: ReportData) -> Sections:
@@ -289,4 +378,8 @@ class Sections:
             structural=structural(data),
             selectivity=selectivity(data),
             results=all_results(data),
+            online_code=online_code(data),
+            online_code_findings=tables.online_code_findings(data),
+            conditional=conditional(data),
+            conditional_findings=tables.conditional_findings(data),
         )

@@ -14,14 +14,15 @@ Significance of "scalar mix minus best single layer" on the test set, per task a
 - otherwise no test (a single run each, as WSD 1-NN, which has no scalar mix anyway).
 
 The best single layer is chosen on dev (mean over seeds), never on test. Encoders are compared
-the same way, pairing their runs by seed (and test sentence).
+the same way, pairing their runs by seed (and test sentence), and so are cross-entropies in bits
+per token (:func:`paired_bits_test`: the bootstrap on each test sentence's summed bits).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,7 @@ from elmolab.report.collect import (
     SCALAR_MIX,
     SINGLE_LAYERS,
     TASK_ORDER,
+    TEST_BITS,
     ProbeRun,
     ordered,
 )
@@ -293,28 +295,69 @@ def compare_mix_to_best_layer(
 def paired_test(
     a: tuple[ProbeRun, ...], b: tuple[ProbeRun, ...], bootstrap_samples: int, seed: int
 ) -> tuple[float | None, str]:
-    """p-value of "b differs from a" and the method used (see the module docstring)."""
+    """p-value of "b's test metric differs from a's" and the method used (see the module
+    docstring)."""
+    return _paired(a, b, _counts, lambda run: run.test, "counts", bootstrap_samples, seed)
+
+
+def paired_bits_test(
+    a: tuple[ProbeRun, ...], b: tuple[ProbeRun, ...], bootstrap_samples: int, seed: int
+) -> tuple[float | None, str]:
+    """p-value of "b's test cross-entropy (bits per token) differs from a's" and the method used:
+    the paired bootstrap over test sentences on their summed bits (per-sentence token counts from
+    ``per_sentence_test``: bits per token as a ratio of sums), else a paired t-test over seeds on
+    ``test_bits``."""
+    return _paired(
+        a, b, _sentence_bits, lambda run: run.extra.get(TEST_BITS), "bits", bootstrap_samples, seed
+    )
+
+
+# A run's per-sentence sums and token totals, both (sentences,), or None where it has none.
+PerSentenceSums = Callable[[ProbeRun], tuple[np.ndarray, np.ndarray] | None]
+
+
+def _counts(run: ProbeRun) -> tuple[np.ndarray, np.ndarray] | None:
+    counts = run.per_sentence_test
+    return None if counts is None else (counts.correct, counts.total)
+
+
+def _sentence_bits(run: ProbeRun) -> tuple[np.ndarray, np.ndarray] | None:
+    bits, counts = run.per_sentence_test_bits, run.per_sentence_test
+    return None if bits is None or counts is None else (bits, counts.total)
+
+
+def _paired(
+    a: tuple[ProbeRun, ...],
+    b: tuple[ProbeRun, ...],
+    per_sentence: PerSentenceSums,
+    score: Callable[[ProbeRun], float | None],
+    what: str,
+    bootstrap_samples: int,
+    seed: int,
+) -> tuple[float | None, str]:
+    """p-value of "b differs from a", pairing runs by seed: the paired bootstrap over the
+    sentences' sums where every paired run has them for the same sentences, else a paired t-test
+    over seeds on ``score``, else none (``what``: the sums' name, for the reason)."""
     by_seed_a = {run.seed: run for run in a}
     pairs = [(by_seed_a[run.seed], run) for run in b if run.seed in by_seed_a]
-    counted = [
-        (x.per_sentence_test, y.per_sentence_test)
-        for x, y in pairs
-        if x.per_sentence_test is not None and y.per_sentence_test is not None
-    ]
-    totals = [x.total for x, _ in counted] + [y.total for _, y in counted]
+    sums = [(per_sentence(x), per_sentence(y)) for x, y in pairs]
+    counted = [(x, y) for x, y in sums if x is not None and y is not None]
+    totals = [x[1] for x, _ in counted] + [y[1] for _, y in counted]
     if counted and all(np.array_equal(totals[0], t) for t in totals):
-        correct_a = np.stack([x.correct for x, _ in counted])  # (seeds, sentences)
-        correct_b = np.stack([y.correct for _, y in counted])  # (seeds, sentences)
-        p_value = paired_bootstrap(correct_a, correct_b, totals[0], bootstrap_samples, seed)
+        sums_a = np.stack([x[0] for x, _ in counted])  # (seeds, sentences)
+        sums_b = np.stack([y[0] for _, y in counted])  # (seeds, sentences)
+        p_value = paired_bootstrap(sums_a, sums_b, totals[0], bootstrap_samples, seed)
         return p_value, (
             f"paired bootstrap over {len(totals[0])} test sentences "
             f"({bootstrap_samples} resamples, {len(counted)} seed(s))"
         )
-    if len(pairs) >= 2:
-        return paired_t_test([x.test for x, _ in pairs], [y.test for _, y in pairs]), (
-            f"paired t-test over {len(pairs)} seeds"
+    scored = [(score(x), score(y)) for x, y in pairs]
+    scored = [(x, y) for x, y in scored if x is not None and y is not None]
+    if len(scored) >= 2:
+        return paired_t_test([x for x, _ in scored], [y for _, y in scored]), (
+            f"paired t-test over {len(scored)} seeds"
         )
-    return None, "not testable: one run each and no per-sentence counts"
+    return None, f"not testable: one run each and no per-sentence {what}"
 
 
 def paired_bootstrap(
@@ -322,7 +365,8 @@ def paired_bootstrap(
 ) -> float:
     """Two-sided p-value of a paired bootstrap over sentences of the accuracy difference b - a.
 
-    ``correct_a``, ``correct_b``: (seeds, sentences) correct tokens; ``total``: (sentences,).
+    ``correct_a``, ``correct_b``: (seeds, sentences) correct tokens (or any per-sentence sums, such
+    as bits: the difference of their ratios to the tokens); ``total``: (sentences,) tokens.
     """
     d = (correct_b - correct_a).mean(axis=0)  # (sentences,)
     rng = np.random.default_rng(seed)

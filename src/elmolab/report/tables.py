@@ -7,17 +7,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from elmolab.report.collect import (
+    CONTROL_SUFFIX,
+    ENCODER_ORDER,
     FEATURE_ORDER,
     MAIN_ENCODER,
     SCALAR_MIX,
     STRUCTURAL_TASK,
     encoder_label,
     ordered,
+)
+from elmolab.report.information import (
+    CodeCell,
+    PerSeed,
+    TestedDifference,
+    conditional_label,
+    measure_times,
 )
 from elmolab.report.stats import Cell, Comparison, EncoderComparison
 
@@ -31,6 +40,8 @@ PAPER_LAYER_ORDERS = {  # task: (better layer, worse layer, the paper's numbers)
     "upos": ("layer1", "layer2", "POS 97.3 vs 96.8"),
     "wsd": ("layer2", "layer1", "WSD F1 69.0 vs 67.4"),
 }
+# A difference's mark by its significance (None: not testable).
+SIGNIFICANCE_MARKS = {True: " *", False: "", None: " (untested)"}
 VERDICT_CLASSES = {
     "mix better": "good",
     "best layer better": "bad",
@@ -316,7 +327,7 @@ def learning_curve_table(data: ReportData) -> list[CurveRow]:
 def _marked_difference(comparison: EncoderComparison | None, alpha: float) -> str:
     if comparison is None:
         return "–"
-    mark = {True: " *", False: "", None: " (untested)"}[comparison.significant(alpha)]
+    mark = SIGNIFICANCE_MARKS[comparison.significant(alpha)]
     return pct(comparison.difference, signed=True) + mark
 
 
@@ -346,6 +357,259 @@ def structural_table(data: ReportData) -> list[StructuralRow]:
             )
         )
     return rows
+
+
+# --- information measures (report.information) --------------------------------------------------
+
+
+def per_seed(values: PerSeed, digits: int, scale: float = 1.0, signed: bool = False) -> str:
+    """Mean ± std over seeds of ``scale`` times ``values``, ``digits`` decimals; "–" for none."""
+    if not values.n:
+        return "–"
+    mean = f"{scale * values.mean:{'+z' if signed else 'z'}.{digits}f}"  # z: no "-0.00"
+    return mean if values.n == 1 else f"{mean} ± {scale * values.std:.{digits}f}"
+
+
+def _main_of(encoders: list[str]) -> str:
+    """The main encoder among ``encoders`` (display order), else the first."""
+    return MAIN_ENCODER if MAIN_ENCODER in encoders else encoders[0]
+
+
+def _significance(difference: TestedDifference, alpha: float) -> str:
+    """The test's outcome in words: "significant, p = 0.002", "not significant, p = 0.412" or
+    "untested"."""
+    significant = difference.significant(alpha)
+    if significant is None:
+        return "untested"
+    return f"{'' if significant else 'not '}significant, {p_equals(difference.p_value)}"
+
+
+def _test_text(difference: TestedDifference) -> str:
+    """A test's p-value and method, for hover text."""
+    if difference.p_value is None:
+        return difference.method
+    return f"{p_equals(difference.p_value)}; {difference.method}"
+
+
+def _marked(difference: TestedDifference, digits: int, scale: float, alpha: float) -> str:
+    """A difference's mean ± std, marked * where significant."""
+    if not difference.n:
+        return "–"
+    marked = SIGNIFICANCE_MARKS[difference.significant(alpha)]
+    return per_seed(difference, digits, scale, signed=True) + marked
+
+
+def online_code_encoders(data: ReportData) -> list[str]:
+    return ordered({encoder for _, _, encoder in data.online_codes}, ENCODER_ORDER)
+
+
+def online_code_tasks(data: ReportData) -> list[tuple[str, str | None]]:
+    """(task, its control task where that has online codes too) in display order; a control task
+    beside its task is not listed on its own."""
+    tasks = list(dict.fromkeys(task for task, _, _ in data.online_codes))
+    return [
+        (task, task + CONTROL_SUFFIX if task + CONTROL_SUFFIX in tasks else None)
+        for task in tasks
+        if task.removesuffix(CONTROL_SUFFIX) == task
+        or task.removesuffix(CONTROL_SUFFIX) not in tasks
+    ]
+
+
+@dataclass(frozen=True)
+class OnlineCodeRow:
+    task: str
+    features: str
+    control_task: str | None  # the control task whose compression is beside the task's
+    compression: list[str]  # per encoder (online_code_encoders): "3.45 ± 0.02"
+    kbits: list[str]  # per encoder: the online code length in kbits, "123.4 ± 0.5"
+    control: list[str]  # per encoder: the control task's compression on these features, or "–"
+    hovers: list[str]  # per encoder: the seeds' compression, and a copy's source encoder
+
+
+def online_code_table(data: ReportData) -> list[OnlineCodeRow]:
+    """Per task with online codes and feature mode: each encoder's compression and online code
+    length, and its control task's compression."""
+    encoders = online_code_encoders(data)
+    rows = []
+    for task, control in online_code_tasks(data):
+        for mode in ordered({f for t, f, _ in data.online_codes if t == task}, FEATURE_ORDER):
+            cells = [data.online_codes.get((task, mode, e)) for e in encoders]
+            controls = [data.online_codes.get((control or "", mode, e)) for e in encoders]
+            rows.append(
+                OnlineCodeRow(
+                    task=task,
+                    features=mode,
+                    control_task=control,
+                    compression=["–" if c is None else per_seed(c.compression, 2) for c in cells],
+                    kbits=[
+                        "–" if c is None else per_seed(c.online_bits, 1, scale=1e-3) for c in cells
+                    ],
+                    control=["–" if c is None else per_seed(c.compression, 2) for c in controls],
+                    hovers=[_code_hover(c) for c in cells],
+                )
+            )
+    return rows
+
+
+def _code_hover(cell: CodeCell | None) -> str:
+    if cell is None:
+        return ""
+    seeds = ", ".join(map(str, cell.seeds))
+    text = f"seeds {seeds}: {', '.join(f'{v:.2f}' for v in cell.compression.values)}"
+    copied = cell.same_features_as
+    return text + (f"; copied from {copied} (identical features)" if copied else "")
+
+
+def online_code_blocks(data: ReportData) -> str:
+    """The blocks' ends as shares of the training sentences ("0.1%, 0.2%, ..., 100%"), or a
+    sentence saying that runs differ."""
+    fractions = {cell.fractions for cell in data.online_codes.values()}
+    if len(fractions) != 1:
+        return "per run (summary.json)"
+    return ", ".join(fraction_text(x) for x in fractions.pop())
+
+
+def uniform_codes(data: ReportData) -> str:
+    """Per task, its uniform code length: "upos 123.4 kbits (17 labels, 40,000 tokens)"."""
+    first: dict[str, CodeCell] = {}
+    for (task, _, _), cell in data.online_codes.items():
+        first.setdefault(task, cell)
+    return "; ".join(
+        f"{task} {cell.uniform_bits / 1000:,.1f} kbits ({cell.labels} labels, "
+        f"{cell.tokens:,} tokens)"
+        for task, cell in first.items()
+    )
+
+
+def online_code_findings(data: ReportData) -> list[str]:
+    """Per task: the feature mode that compresses best for the main encoder, the baseline
+    encoders' compression on it, and its control task's."""
+    lines = []
+    for task, control in online_code_tasks(data):
+        cells = {(f, e): c for (t, f, e), c in data.online_codes.items() if t == task}
+        encoders = ordered({e for _, e in cells}, ENCODER_ORDER)
+        main = _main_of(encoders)
+        best = max(
+            (c for (_, e), c in cells.items() if e == main), key=lambda c: c.compression.mean
+        )
+        value = best.compression.mean
+        text = (
+            f"{task}: with the {encoder_label(main)}, {best.features} compresses the labels best "
+            f"({per_seed(best.compression, 2)})"
+        )
+        others = [
+            cells[best.features, e] for e in encoders if e != main and (best.features, e) in cells
+        ]
+        if others:
+            text += (
+                f"; on {best.features}, "
+                + " and ".join(
+                    f"{encoder_label(c.encoder)} reaches {c.compression.mean:.2f}" for c in others
+                )
+                + f", so the {encoder_label(main, short=True)} encoder compresses "
+                + " and ".join(f"{value / c.compression.mean:.2f}" for c in others)
+                + " times as well"
+            )
+        control_cell = data.online_codes.get((control or "", best.features, main))
+        if control_cell is not None:
+            relation = "lower than" if control_cell.compression.mean < value else "not lower than"
+            text += (
+                f"; its control task {control} reaches {control_cell.compression.mean:.2f} there, "
+                f"{relation} the task"
+            )
+        lines.append(text + ".")
+    return lines
+
+
+def conditional_encoders(data: ReportData) -> list[str]:
+    return ordered({gain.encoder for gain in data.gains}, ENCODER_ORDER)
+
+
+@dataclass(frozen=True)
+class ConditionalRow:
+    task: str
+    metric: str  # the task's metric, display label
+    mode: str  # what the probe reads beside layer 0
+    bits: list[str]  # per encoder (conditional_encoders): test bits/token gained, "+0.123 *"
+    bits_hovers: list[str]  # per encoder: the dev set's, and the test's p-value and method
+    metric_gains: list[str]  # per encoder: test metric gained in points, "+1.20 ± 0.10 *"
+    metric_hovers: list[str]  # per encoder: the test's p-value and method
+
+
+def conditional_table(data: ReportData) -> list[ConditionalRow]:
+    """Per task with conditional probes and mode: each encoder's information beyond layer 0 (test
+    bits per token, test metric in points), marked * where significant."""
+    alpha = data.significance.alpha
+    encoders = conditional_encoders(data)
+    by_key = {(g.task, g.mode, g.encoder): g for g in data.gains}
+    rows = []
+    for task, mode in dict.fromkeys((g.task, g.mode) for g in data.gains):
+        gains = [by_key.get((task, mode, e)) for e in encoders]
+        metric = next(g.conditional.metric for g in gains if g is not None)
+        rows.append(
+            ConditionalRow(
+                task=task,
+                metric=metric_label(metric),
+                mode=mode,
+                bits=["–" if g is None else _marked(g.test_bits, 3, 1.0, alpha) for g in gains],
+                bits_hovers=[
+                    ""
+                    if g is None
+                    else f"dev: {per_seed(g.dev_bits, 3, signed=True)} bits/token; "
+                    f"test: {_test_text(g.test_bits)}"
+                    for g in gains
+                ],
+                metric_gains=[
+                    "–" if g is None else _marked(g.metric, 2, 100.0, alpha) for g in gains
+                ],
+                metric_hovers=["" if g is None else _test_text(g.metric) for g in gains],
+            )
+        )
+    return rows
+
+
+def conditional_findings(data: ReportData) -> list[str]:
+    """Per task: the mode that adds the most beyond layer 0 for the main encoder (chosen on dev
+    where every mode has dev bits), its test gains and their significance, and the baseline
+    encoders' gains with that mode."""
+    alpha = data.significance.alpha
+    lines = []
+    for task in dict.fromkeys(g.task for g in data.gains):
+        gains = [g for g in data.gains if g.task == task]
+        main = _main_of(ordered({g.encoder for g in gains}, ENCODER_ORDER))
+        ours = [g for g in gains if g.encoder == main and g.test_bits.n]
+        if not ours:
+            continue
+        on_dev = all(g.dev_bits.n for g in ours)
+        best = max(ours, key=lambda g: g.dev_bits.mean if on_dev else g.test_bits.mean)
+        text = (
+            f"{task}: for the {encoder_label(main)}, {conditional_label(best.mode)} adds the most "
+            f"beyond layer 0{' (chosen on dev)' if on_dev else ''}: "
+            f"{per_seed(best.test_bits, 3, signed=True)} bits/token on test "
+            f"({_significance(best.test_bits, alpha)})"
+        )
+        if best.metric.n:
+            text += (
+                f" and {per_seed(best.metric, 2, 100.0, signed=True)} points of "
+                f"{metric_label(best.conditional.metric)} ({_significance(best.metric, alpha)})"
+            )
+        others = [g for g in gains if g.mode == best.mode and g.encoder != main and g.test_bits.n]
+        if others:
+            text += "; with the same mode, " + " and ".join(
+                f"{encoder_label(g.encoder)} gains {g.test_bits.mean:+.3f} bits/token"
+                for g in others
+            )
+        lines.append(text + ".")
+    return lines
+
+
+def measure_time_text(data: ReportData, measure: Literal["online_code", "conditional"]) -> str:
+    """The probe time of ``measure`` (``online_code`` or ``conditional``) per task: "upos 312 s,
+    chunk 95 s"."""
+    times = measure_times(data.online_codes, data.conditional_cells)
+    return ", ".join(
+        f"{t.task} {seconds:,.0f} s" for t in times if (seconds := getattr(t, measure)) is not None
+    )
 
 
 @dataclass(frozen=True)

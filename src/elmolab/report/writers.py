@@ -14,8 +14,14 @@ import jinja2
 import numpy as np
 
 from elmolab.report import tables
-from elmolab.report.collect import FEATURE_ORDER, STRUCTURAL_TASK, ordered
-from elmolab.report.sections import ENCODER_METHOD, SIGNIFICANCE_METHOD, Sections
+from elmolab.report.collect import DEV_BITS, FEATURE_ORDER, STRUCTURAL_TASK, TEST_BITS, ordered
+from elmolab.report.information import PerSeed, TestedDifference, measure_times
+from elmolab.report.sections import (
+    CONDITIONAL_METHOD,
+    ENCODER_METHOD,
+    SIGNIFICANCE_METHOD,
+    Sections,
+)
 from elmolab.report.stats import Cell, EncoderComparison
 
 if TYPE_CHECKING:
@@ -38,6 +44,12 @@ FIGURE_CAPTIONS = {
     "probe_learning_curves": "Probe learning curves: test score against the fraction of the "
     "task's training sentences the probe saw (log scale), per encoder (colour) and feature mode "
     "(marker and line style); error bars: one standard deviation over seeds.",
+    "online_code": "Online code (Voita and Titov 2020): compression (uniform code length / "
+    "online code length) of each task's labels per feature mode and encoder (bars: mean over "
+    "seeds, error bars: one standard deviation, dots: single seeds; dashed: the uniform code).",
+    "conditional_probing": "Information beyond layer 0 (Hewitt et al. 2021): test bits per token "
+    "that the probe on layer 0 beside a mode saves over the probe on layer 0 alone, per encoder "
+    "(bars: mean over seeds, error bars: one standard deviation, dots: single seeds).",
 }
 
 
@@ -92,7 +104,7 @@ def _training_summary(data: ReportData) -> dict[str, Any]:
     """How the trained probe runs stopped: how many, and how many at the epoch cap."""
     runs = [
         run
-        for run in [*data.inputs.probes, *data.inputs.curves]
+        for run in [*data.inputs.probes, *data.inputs.conditional, *data.inputs.curves]
         if run.applicable and run.hit_epoch_cap is not None
     ]
     capped = [run for run in runs if run.hit_epoch_cap]
@@ -201,6 +213,16 @@ def summary_json(data: ReportData) -> dict[str, Any]:
             }
             for s in data.selectivity
         ],
+        "online_code": _online_code_summary(data),
+        "conditional_probing": _conditional_summary(data),
+        "information_time": [
+            {
+                "task": t.task,
+                "online_code_seconds": t.online_code,
+                "conditional_seconds": t.conditional,
+            }
+            for t in measure_times(data.online_codes, data.conditional_cells)
+        ],
         "polysemy": {
             "contextual_layers": data.polysemy_layers,
             "words": [
@@ -229,6 +251,87 @@ def summary_json(data: ReportData) -> dict[str, Any]:
                 for w in data.polysemy
             ],
         },
+    }
+
+
+def _per_seed(values: PerSeed) -> dict[str, Any]:
+    return {"mean": _number(values.mean), "std": _number(values.std), "values": list(values.values)}
+
+
+def _tested(difference: TestedDifference, alpha: float) -> dict[str, Any]:
+    return {
+        **_per_seed(difference),
+        "p_value": difference.p_value,
+        "method": difference.method,
+        "significant": difference.significant(alpha),
+    }
+
+
+def _online_code_summary(data: ReportData) -> dict[str, Any]:
+    """Per task, feature mode and encoder: the online codes' compression and length over seeds,
+    and every seed's blocks."""
+    return {
+        "findings": tables.online_code_findings(data),
+        "cells": [
+            {
+                "task": cell.task,
+                "features": cell.features,
+                "encoder": cell.encoder,
+                "seeds": cell.seeds,
+                "labels": cell.labels,
+                "uniform_bits": cell.uniform_bits,
+                "compression": _per_seed(cell.compression),
+                "online_bits": _per_seed(cell.online_bits),
+                "wall_seconds": cell.wall_seconds,
+                "same_features_as": cell.same_features_as,
+                "blocks": [
+                    {
+                        "seed": code.seed,
+                        "fractions": list(code.fractions),
+                        "block_tokens": list(code.block_tokens),
+                        "block_bits": list(code.block_bits),
+                    }
+                    for code in cell.codes
+                ],
+            }
+            for cell in data.online_codes.values()
+        ],
+    }
+
+
+def _conditional_summary(data: ReportData) -> dict[str, Any]:
+    """Per task, mode and encoder: the information beyond layer 0 (bits per token on test and
+    dev; the test metric's difference as a fraction, like every score here) and the runs' own
+    numbers."""
+    alpha = data.significance.alpha
+    return {
+        "method": CONDITIONAL_METHOD.format(alpha=alpha),
+        "findings": tables.conditional_findings(data),
+        "gains": [
+            {
+                "task": g.task,
+                "mode": g.mode,
+                "features": g.features,
+                "encoder": g.encoder,
+                "metric": g.conditional.metric,
+                "test_bits_gain": _tested(g.test_bits, alpha),
+                "dev_bits_gain": _per_seed(g.dev_bits),
+                "metric_gain": _tested(g.metric, alpha),
+                "layer0": _bits_runs(g.baseline),
+                "conditional": _bits_runs(g.conditional),
+            }
+            for g in data.gains
+        ],
+    }
+
+
+def _bits_runs(cell: Cell) -> dict[str, Any]:
+    """A cell's seeds, test metric and bits per token (test, dev; None where a run lacks them)."""
+    return {
+        "seeds": cell.seeds,
+        "test": [run.test for run in cell.runs],
+        "test_bits": [run.extra.get(TEST_BITS) for run in cell.runs],
+        "dev_bits": [run.extra.get(DEV_BITS) for run in cell.runs],
     }
 
 

@@ -1,0 +1,257 @@
+"""The information measures of the probe stage, per task, feature mode and encoder:
+
+- the online code (Voita and Titov 2020): the training labels sent block by block, the first
+  block under the uniform code, each later one under a probe trained on the blocks before it;
+  compression = uniform code length / online code length (higher: the features make the labels
+  easier to learn, from less data), mean and sample std over seeds;
+- the information beyond layer 0 (conditional probing, Hewitt et al. 2021) of mode k
+  (``layer1``, ``layer2``, ``scalar_mix``): per seed, the cross-entropy of the layer-0 probe minus
+  that of the probe on ``[layer0; k]`` (features ``layer0+k``), in bits per token (positive: k
+  adds information that layer 0 lacks), on test and dev, and the test metric of ``[layer0; k]``
+  minus that of layer 0. Runs are paired by seed; the bits difference is tested with
+  :func:`~elmolab.report.stats.paired_bits_test`, the metric difference with
+  :func:`~elmolab.report.stats.paired_test` (both: the paired bootstrap over test sentences where
+  per-sentence sums exist, else a paired t-test over seeds).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from elmolab.io.results import CONDITIONAL_BASE, CONDITIONAL_MODES, conditional_features
+from elmolab.report.collect import (
+    DEV_BITS,
+    ENCODER_ORDER,
+    FEATURE_ORDER,
+    TASK_ORDER,
+    TEST_BITS,
+    OnlineCode,
+    ProbeRun,
+    conditioned_mode,
+    ordered,
+)
+from elmolab.report.stats import Cell, paired_bits_test, paired_test
+
+
+@dataclass(frozen=True)
+class PerSeed:
+    """One quantity per seed: its mean and sample standard deviation (nan for fewer than 2)."""
+
+    values: tuple[float, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.values)) if self.values else math.nan
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.values, ddof=1)) if self.n > 1 else math.nan
+
+
+@dataclass(frozen=True)
+class TestedDifference(PerSeed):
+    """A difference per paired seed with the p-value of its test (None: not testable)."""
+
+    p_value: float | None
+    method: str  # how p_value was computed, or why there is none
+
+    def significant(self, alpha: float) -> bool | None:
+        return None if self.p_value is None else self.p_value < alpha
+
+
+@dataclass(frozen=True)
+class CodeCell:
+    """The online codes of one task, feature mode and encoder, one per seed."""
+
+    task: str
+    features: str
+    encoder: str
+    codes: tuple[OnlineCode, ...]  # sorted by seed
+
+    @property
+    def seeds(self) -> list[int]:
+        return [code.seed for code in self.codes]
+
+    @property
+    def compression(self) -> PerSeed:
+        return PerSeed(tuple(code.compression for code in self.codes))
+
+    @property
+    def online_bits(self) -> PerSeed:
+        return PerSeed(tuple(code.online_bits for code in self.codes))
+
+    @property
+    def uniform_bits(self) -> float:
+        """The uniform code length (every seed codes the same labels)."""
+        return self.codes[0].uniform_bits
+
+    @property
+    def labels(self) -> int:
+        return self.codes[0].labels
+
+    @property
+    def tokens(self) -> int:
+        """The training tokens coded, every block together."""
+        return sum(self.codes[0].block_tokens)
+
+    @property
+    def fractions(self) -> tuple[float, ...]:
+        return self.codes[0].fractions
+
+    @property
+    def same_features_as(self) -> str | None:
+        """The encoder these codes were copied from (identical features), if any."""
+        return next((c.same_features_as for c in self.codes if c.same_features_as), None)
+
+    @property
+    def wall_seconds(self) -> float:
+        """The training time of the block probes, copies (``same_features_as``) not counted."""
+        return sum(code.wall_seconds for code in self.codes if code.same_features_as is None)
+
+
+@dataclass(frozen=True)
+class Gain:
+    """The information beyond layer 0 of one task, mode and encoder."""
+
+    task: str
+    mode: str  # what the probe reads beside layer 0: layer1, layer2, scalar_mix
+    encoder: str
+    baseline: Cell  # the layer-0 runs
+    conditional: Cell  # the [layer0; mode] runs
+    test_bits: TestedDifference  # layer 0's test bits per token minus [layer0; mode]'s
+    dev_bits: PerSeed  # the same on dev (not tested)
+    metric: TestedDifference  # [layer0; mode]'s test metric minus layer 0's
+
+    @property
+    def features(self) -> str:
+        return conditional_features(self.mode)
+
+
+@dataclass(frozen=True)
+class MeasureTime:
+    """The probe training time one task's information measures took, in seconds (None: the task
+    has no such results)."""
+
+    task: str
+    online_code: float | None  # the online-code block probes, copied results not counted
+    conditional: float | None  # the conditional probes (layer 0 beside another mode)
+
+
+def conditional_label(mode: str) -> str:
+    """What a conditional probe reads: ``layer1`` -> "layer0 + layer 1", ``scalar_mix`` ->
+    "layer0 + scalar mix"."""
+    layer = mode.removeprefix("layer")
+    name = f"layer {layer}" if layer.isdigit() else mode.replace("_", " ")
+    return f"{CONDITIONAL_BASE} + {name}"
+
+
+def online_code_cells(codes: Iterable[OnlineCode]) -> dict[tuple[str, str, str], CodeCell]:
+    """Online codes grouped by (task, features, encoder), in display order."""
+    groups: dict[tuple[str, str, str], list[OnlineCode]] = defaultdict(list)
+    for code in codes:
+        groups[code.task, code.features, code.encoder].append(code)
+    tasks = ordered({key[0] for key in groups}, TASK_ORDER)
+    features = ordered({key[1] for key in groups}, FEATURE_ORDER)
+    encoders = ordered({key[2] for key in groups}, ENCODER_ORDER)
+    return {
+        (t, f, e): CodeCell(t, f, e, tuple(sorted(groups[t, f, e], key=lambda c: c.seed)))
+        for t in tasks
+        for f in features
+        for e in encoders
+        if (t, f, e) in groups
+    }
+
+
+def conditional_gains(
+    cells: Mapping[tuple[str, str, str], Cell],
+    conditional_cells: Mapping[tuple[str, str, str], Cell],
+    bootstrap_samples: int,
+    seed: int,
+) -> list[Gain]:
+    """The information beyond layer 0 of every conditional cell (``conditional_cells``, features
+    ``layer0+<mode>``) whose encoder has layer-0 runs of the same task (in ``cells``) with seeds in
+    common; by task, mode (``CONDITIONAL_MODES`` first) and encoder."""
+    by_task_mode: dict[tuple[str, str], list[Cell]] = defaultdict(list)
+    for (task, features, _), cell in conditional_cells.items():
+        mode = conditioned_mode(features)
+        if mode is not None:
+            by_task_mode[task, mode].append(cell)
+    tasks = ordered({task for task, _ in by_task_mode}, TASK_ORDER)
+    modes = ordered({mode for _, mode in by_task_mode}, CONDITIONAL_MODES)
+    pairs = [
+        (task, mode, baseline, cell)
+        for task in tasks
+        for mode in modes
+        for cell in by_task_mode.get((task, mode), [])
+        if (baseline := cells.get((task, CONDITIONAL_BASE, cell.encoder))) is not None
+    ]
+    gains = [_gain(*pair, bootstrap_samples, seed) for pair in pairs]
+    return [gain for gain in gains if gain is not None]
+
+
+def _gain(
+    task: str, mode: str, baseline: Cell, conditional: Cell, bootstrap_samples: int, seed: int
+) -> Gain | None:
+    """``conditional`` against its layer-0 ``baseline``; None without seeds in common."""
+    by_seed = {run.seed: run for run in baseline.runs if run.applicable}
+    pairs = [(by_seed[run.seed], run) for run in conditional.runs if run.seed in by_seed]
+    pairs = [(base, run) for base, run in pairs if run.applicable]
+    if not pairs:
+        return None
+    bits_p, bits_method = paired_bits_test(baseline.runs, conditional.runs, bootstrap_samples, seed)
+    metric_p, metric_method = paired_test(baseline.runs, conditional.runs, bootstrap_samples, seed)
+    return Gain(
+        task=task,
+        mode=mode,
+        encoder=conditional.encoder,
+        baseline=baseline,
+        conditional=conditional,
+        test_bits=TestedDifference(_bits_saved(pairs, TEST_BITS), bits_p, bits_method),
+        dev_bits=PerSeed(_bits_saved(pairs, DEV_BITS)),
+        metric=TestedDifference(
+            tuple(
+                run.test - base.test
+                for base, run in pairs
+                if run.test is not None and base.test is not None
+            ),
+            metric_p,
+            metric_method,
+        ),
+    )
+
+
+def _bits_saved(pairs: list[tuple[ProbeRun, ProbeRun]], key: str) -> tuple[float, ...]:
+    """Per pair that has ``key`` (``test_bits``, ``dev_bits``): the first's bits minus the
+    second's."""
+    return tuple(
+        base.extra[key] - run.extra[key]
+        for base, run in pairs
+        if key in base.extra and key in run.extra
+    )
+
+
+def measure_times(
+    online_codes: Mapping[tuple[str, str, str], CodeCell],
+    conditional_cells: Mapping[tuple[str, str, str], Cell],
+) -> list[MeasureTime]:
+    """Per task with either measure: the summed ``wall_seconds`` of its online codes and of its
+    conditional probes (runs that do not record it count 0)."""
+    online: dict[str, float] = defaultdict(float)
+    for (task, _, _), code_cell in online_codes.items():
+        online[task] += code_cell.wall_seconds
+    conditional: dict[str, float] = defaultdict(float)
+    for (task, _, _), cell in conditional_cells.items():
+        conditional[task] += sum(run.wall_seconds or 0.0 for run in cell.runs)
+    return [
+        MeasureTime(task, online.get(task), conditional.get(task))
+        for task in ordered({*online, *conditional}, TASK_ORDER)
+    ]
