@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -96,6 +96,21 @@ def ordered(names: set[str] | list[str], order: tuple[str, ...]) -> list[str]:
     """``names`` in ``order``, then the ones ``order`` lacks, sorted."""
     known = [name for name in order if name in names]
     return known + sorted(set(names) - set(order))
+
+
+K = TypeVar("K", bound=tuple)  # (task, features, encoder, ...)
+
+
+def display_order(keys: Iterable[K]) -> list[K]:
+    """Keys (task, features, encoder, then anything sortable) in display order: tasks, feature
+    modes and encoders as ``TASK_ORDER``, ``FEATURE_ORDER`` and ``ENCODER_ORDER`` (unknown names
+    after, sorted), the rest ascending."""
+    keys = list(keys)
+    ranks = [
+        {name: rank for rank, name in enumerate(ordered({key[i] for key in keys}, order))}
+        for i, order in enumerate((TASK_ORDER, FEATURE_ORDER, ENCODER_ORDER))
+    ]
+    return sorted(keys, key=lambda key: (*(r[key[i]] for i, r in enumerate(ranks)), *key[3:]))
 
 
 @dataclass(frozen=True)
@@ -367,17 +382,7 @@ def read_probe_run(path: Path, probes_dir: Path) -> ProbeRun:
     data = _load_json_object(path)
     # task, features, encoder[, seed<k>[, fraction_<f>]]
     parts = path.relative_to(probes_dir).parts[:-1]
-    task = _require(data, "task", str, path)
-    features = _require(data, "features", str, path)
-    encoder = _require(data, "encoder", str, path)
-    seed = _require(data, "seed", int, path, nullable=True)
-    path_seed = None if len(parts) == 3 else parts[3].removeprefix("seed")
-    if (task, features, encoder) != parts[:3] or str(seed) != str(path_seed):
-        raise ElmolabError(
-            f"contents (task {task!r}, features {features!r}, encoder {encoder!r}, seed {seed}) "
-            "disagree with the file's path",
-            path,
-        )
+    identity = _identity(data, path, parts[:4], seeded=False)
     train_fraction = _train_fraction(data, parts[4] if len(parts) == 5 else None, path)
     n_train_sentences = (
         _require(data, "n_train_sentences", int, path, nullable=True)
@@ -386,11 +391,7 @@ def read_probe_run(path: Path, probes_dir: Path) -> ProbeRun:
     )
     if data.get("applicable", True) is False:
         return ProbeRun(
-            path,
-            task,
-            features,
-            encoder,
-            seed,
+            **identity,
             applicable=False,
             train_fraction=train_fraction,
             n_train_sentences=n_train_sentences,
@@ -400,11 +401,7 @@ def read_probe_run(path: Path, probes_dir: Path) -> ProbeRun:
     )
     per_sentence_test = _per_sentence(data.get("per_sentence_test"), path)
     return ProbeRun(
-        path=path,
-        task=task,
-        features=features,
-        encoder=encoder,
-        seed=seed,
+        **identity,
         metric=_require(data, "metric", str, path),
         dev=_require(data, "dev", float, path),
         test=_require(data, "test", float, path),
@@ -425,6 +422,26 @@ def read_probe_run(path: Path, probes_dir: Path) -> ProbeRun:
             _require(data, "wall_seconds", float, path) if "wall_seconds" in data else None
         ),
     )
+
+
+def _identity(
+    data: Mapping[str, Any], path: Path, parts: tuple[str, ...], seeded: bool
+) -> dict[str, Any]:
+    """A result's ``path``, ``task``, ``features``, ``encoder`` and ``seed``, checked against the
+    folders it lies in (``parts``: task, features, encoder, then ``seed<k>`` unless the result has
+    no seed). ``seeded``: the seed may not be null."""
+    task = _require(data, "task", str, path)
+    features = _require(data, "features", str, path)
+    encoder = _require(data, "encoder", str, path)
+    seed = _require(data, "seed", int, path, nullable=not seeded)
+    expected = (task, features, encoder) + (() if seed is None else (f"seed{seed}",))
+    if parts != expected:
+        raise ElmolabError(
+            f"contents (task {task!r}, features {features!r}, encoder {encoder!r}, seed {seed}) "
+            "disagree with the file's path",
+            path,
+        )
+    return {"path": path, "task": task, "features": features, "encoder": encoder, "seed": seed}
 
 
 def _train_fraction(data: Mapping[str, Any], folder: str | None, path: Path) -> float:
@@ -511,17 +528,8 @@ def read_online_code(path: Path, probes_dir: Path) -> OnlineCode:
     """One online code (``elmolab.io.results``): every field checked, the per-block lists of one
     length, and ``task``, ``features``, ``encoder``, ``seed`` as in its path."""
     data = _load_json_object(path)
-    parts = path.relative_to(probes_dir).parts[:-1]  # task, features, encoder, seed<k>
-    task = _require(data, "task", str, path)
-    features = _require(data, "features", str, path)
-    encoder = _require(data, "encoder", str, path)
-    seed = _require(data, "seed", int, path)
-    if (task, features, encoder, f"seed{seed}") != parts:
-        raise ElmolabError(
-            f"contents (task {task!r}, features {features!r}, encoder {encoder!r}, seed {seed}) "
-            "disagree with the file's path",
-            path,
-        )
+    # task, features, encoder, seed<k>
+    identity = _identity(data, path, path.relative_to(probes_dir).parts[:-1], seeded=True)
     fractions = _number_list(data, "fractions", path)
     block_tokens = _require(data, "block_tokens", list, path)
     if any(isinstance(n, bool) or not isinstance(n, int) for n in block_tokens):
@@ -534,11 +542,7 @@ def read_online_code(path: Path, probes_dir: Path) -> OnlineCode:
             path,
         )
     return OnlineCode(
-        path=path,
-        task=task,
-        features=features,
-        encoder=encoder,
-        seed=seed,
+        **identity,
         labels=_require(data, "labels", int, path),
         fractions=tuple(fractions),
         block_tokens=tuple(block_tokens),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Callable
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -134,10 +135,7 @@ def learning_curves(trained: Pretraining) -> Figure:
 def probe_bars(cells: Cells, tasks: list[str], encoders: list[str]) -> Figure:
     """Per task, the test metric of every feature mode, one bar per encoder: mean over seeds,
     error bar one standard deviation, dots the single seeds. The y axes are zoomed."""
-    columns = min(3, len(tasks))
-    rows = math.ceil(len(tasks) / columns)
-    figure = Figure(figsize=(4.6 * columns, 3.3 * rows + 0.4), layout="constrained")
-    axes = list(figure.subplots(rows, columns, squeeze=False).flat)
+    figure, axes = _task_panels(len(tasks), columns=3, width=4.6, height=3.3)
     features = ordered({f for _, f, _ in cells}, FEATURE_ORDER)
     width = 0.92 * BAR_GROUP_WIDTH / len(encoders)
     for axis, task in zip(axes, tasks, strict=False):
@@ -181,11 +179,7 @@ def probe_bars(cells: Cells, tasks: list[str], encoders: list[str]) -> Figure:
             axis.set_ylim(max(0.0, low - margin), min(100.0, high + margin))
         axis.set_ylabel("test score (%)", fontsize=9)
         _tidy(axis, "y")
-    for axis in axes[len(tasks) :]:
-        axis.set_visible(False)
-    figure.legend(
-        *_encoder_legend(encoders), loc="outside upper center", ncol=len(encoders), frameon=False
-    )
+    _encoder_legend_on_top(figure, encoders)
     return figure
 
 
@@ -310,11 +304,8 @@ def probe_learning_curves(curve_cells: dict[tuple[str, str, str, float], Cell]) 
     tasks = list(dict.fromkeys(key[0] for key in curve_cells))
     lines = list(dict.fromkeys(key[1:3] for key in curve_cells))  # (features, encoder)
     fractions = sorted({key[3] for key in curve_cells})
-    columns = min(3, len(tasks))
-    rows = math.ceil(len(tasks) / columns)
     # at least as wide as the one-row legend
-    figure = Figure(figsize=(max(4.6 * columns, 9.0), 3.4 * rows + 0.8), layout="constrained")
-    axes = list(figure.subplots(rows, columns, squeeze=False).flat)
+    figure, axes = _task_panels(len(tasks), columns=3, width=4.6, min_width=9.0, legend=0.8)
     step = min(CURVE_DODGE, CURVE_SPREAD / max(len(lines) - 1, 1))
     for axis, task in zip(axes, tasks, strict=False):
         for n, (features, encoder) in enumerate(lines):
@@ -351,8 +342,6 @@ def probe_learning_curves(curve_cells: dict[tuple[str, str, str, float], Cell]) 
         axis.set(xlabel="training sentences (log scale)", ylabel="test score (%)")
         axis.set_title(f"{task} ({metric.replace('_', ' ')})", fontsize=11)
         _tidy(axis)
-    for axis in axes[len(tasks) :]:
-        axis.set_visible(False)
     encoders = ordered({encoder for _, encoder in lines}, ENCODER_ORDER)
     modes = ordered({features for features, _ in lines}, FEATURE_ORDER)
     handles = [Line2D([], [], color=encoder_color(e), linewidth=3) for e in encoders]
@@ -377,6 +366,62 @@ def probe_learning_curves(curve_cells: dict[tuple[str, str, str, float], Cell]) 
     return figure
 
 
+def _task_panels(
+    n_tasks: int,
+    columns: int,
+    width: float,
+    height: float = 3.4,
+    min_width: float = 0.0,
+    legend: float = 0.4,
+) -> tuple[Figure, list[Axes]]:
+    """A figure with one panel per task, at most ``columns`` a row (each ``width`` x ``height``
+    inches, ``legend`` inches on top for the legend), and its first ``n_tasks`` axes; the
+    panels left over are hidden."""
+    columns = min(columns, n_tasks)
+    rows = math.ceil(n_tasks / columns)
+    size = (max(width * columns, min_width), height * rows + legend)
+    figure = Figure(figsize=size, layout="constrained")
+    axes = list(figure.subplots(rows, columns, squeeze=False).flat)
+    for axis in axes[n_tasks:]:
+        axis.set_visible(False)
+    return figure, axes[:n_tasks]
+
+
+def _encoder_legend_on_top(figure: Figure, encoders: list[str]) -> None:
+    figure.legend(
+        *_encoder_legend(encoders), loc="outside upper center", ncol=len(encoders), frameon=False
+    )
+
+
+def _value_bars(
+    axis: Axes,
+    modes: list[str],
+    encoders: list[str],
+    values: Callable[[str, str], np.ndarray | None],
+    *,
+    label: str,
+    ticks: list[str],
+    ylabel: str,
+    title: str,
+) -> None:
+    """A panel of bars, a group per mode (``ticks`` its labels), one bar per encoder
+    (:func:`_bar_value`): ``values(mode, encoder)`` gives the per-seed values (None: no bar),
+    ``label`` formats their mean."""
+    width = 0.92 * BAR_GROUP_WIDTH / len(encoders)
+    for e, encoder in enumerate(encoders):
+        for i, mode in enumerate(modes):
+            seeds = values(mode, encoder)
+            if seeds is not None:
+                x = _bar_x(i, e, len(encoders))
+                color = encoder_color(encoder)
+                _bar_value(axis, x, seeds, width, color, label.format(seeds.mean()))
+    axis.set_xticks(range(len(modes)), ticks, fontsize=8)
+    axis.set_xlim(-0.5, len(modes) - 0.5)
+    axis.set_ylabel(ylabel, fontsize=9)
+    axis.set_title(title, fontsize=11)
+    _tidy(axis, "y")
+
+
 def _bar_value(
     axis: Axes, x: float, values: np.ndarray, width: float, color: str, label: str
 ) -> None:
@@ -395,32 +440,26 @@ def online_code_bars(code_cells: dict[tuple[str, str, str], CodeCell]) -> Figure
     code length) per feature mode, one bar per encoder; the dashed line is the uniform code."""
     tasks = list(dict.fromkeys(task for task, _, _ in code_cells))
     encoders = ordered({encoder for _, _, encoder in code_cells}, ENCODER_ORDER)
-    width = 0.92 * BAR_GROUP_WIDTH / len(encoders)
-    columns = min(2, len(tasks))
-    rows = math.ceil(len(tasks) / columns)
-    figure = Figure(figsize=(6.5 * columns, 3.4 * rows + 0.4), layout="constrained")
-    axes = list(figure.subplots(rows, columns, squeeze=False).flat)
-    for axis, task in zip(axes, tasks, strict=False):
+    figure, axes = _task_panels(len(tasks), columns=2, width=6.5)
+    for axis, task in zip(axes, tasks, strict=True):
         features = ordered({f for t, f, _ in code_cells if t == task}, FEATURE_ORDER)
-        for e, encoder in enumerate(encoders):
-            for i, mode in enumerate(features):
-                cell = code_cells.get((task, mode, encoder))
-                if cell is None:
-                    continue
-                values = np.array(cell.compression.values)  # (seeds,)
-                x = _bar_x(i, e, len(encoders))
-                _bar_value(axis, x, values, width, encoder_color(encoder), f"{values.mean():.2f}")
+
+        def compression(mode: str, encoder: str, task: str = task) -> np.ndarray | None:
+            cell = code_cells.get((task, mode, encoder))
+            return None if cell is None else np.array(cell.compression.values)  # (seeds,)
+
         axis.axhline(1.0, color="black", linestyle="--", linewidth=1)
-        axis.set_xticks(range(len(features)), [f.replace("_", "\n") for f in features], fontsize=8)
-        axis.set_xlim(-0.5, len(features) - 0.5)
-        axis.set_ylabel("compression (uniform / online)", fontsize=9)
-        axis.set_title(f"{task}: online code", fontsize=11)
-        _tidy(axis, "y")
-    for axis in axes[len(tasks) :]:
-        axis.set_visible(False)
-    figure.legend(
-        *_encoder_legend(encoders), loc="outside upper center", ncol=len(encoders), frameon=False
-    )
+        _value_bars(
+            axis,
+            features,
+            encoders,
+            compression,
+            label="{:.2f}",
+            ticks=[f.replace("_", "\n") for f in features],
+            ylabel="compression (uniform / online)",
+            title=f"{task}: online code",
+        )
+    _encoder_legend_on_top(figure, encoders)
     return figure
 
 
@@ -430,31 +469,24 @@ def conditional_bars(gains: list[Gain]) -> Figure:
     tasks = list(dict.fromkeys(gain.task for gain in gains))
     encoders = ordered({gain.encoder for gain in gains}, ENCODER_ORDER)
     by_key = {(g.task, g.mode, g.encoder): g for g in gains}
-    width = 0.92 * BAR_GROUP_WIDTH / len(encoders)
-    columns = min(2, len(tasks))
-    rows = math.ceil(len(tasks) / columns)
-    figure = Figure(figsize=(6.0 * columns, 3.4 * rows + 0.4), layout="constrained")
-    axes = list(figure.subplots(rows, columns, squeeze=False).flat)
-    for axis, task in zip(axes, tasks, strict=False):
+    figure, axes = _task_panels(len(tasks), columns=2, width=6.0)
+    for axis, task in zip(axes, tasks, strict=True):
         modes = list(dict.fromkeys(g.mode for g in gains if g.task == task))
-        for e, encoder in enumerate(encoders):
-            for i, mode in enumerate(modes):
-                gain = by_key.get((task, mode, encoder))
-                if gain is None or not gain.test_bits.n:
-                    continue
-                values = np.array(gain.test_bits.values)  # (seeds,)
-                x = _bar_x(i, e, len(encoders))
-                _bar_value(axis, x, values, width, encoder_color(encoder), f"{values.mean():+z.2f}")
+
+        def bits(mode: str, encoder: str, task: str = task) -> np.ndarray | None:
+            gain = by_key.get((task, mode, encoder))
+            return None if gain is None or not gain.test_bits.n else np.array(gain.test_bits.values)
+
         axis.axhline(0.0, color="black", linewidth=0.8)
-        labels = [conditional_label(mode).replace(" + ", " +\n") for mode in modes]
-        axis.set_xticks(range(len(modes)), labels, fontsize=8)
-        axis.set_xlim(-0.5, len(modes) - 0.5)
-        axis.set_ylabel("bits/token beyond layer 0 (test)", fontsize=9)
-        axis.set_title(f"{task}: information beyond layer 0", fontsize=11)
-        _tidy(axis, "y")
-    for axis in axes[len(tasks) :]:
-        axis.set_visible(False)
-    figure.legend(
-        *_encoder_legend(encoders), loc="outside upper center", ncol=len(encoders), frameon=False
-    )
+        _value_bars(
+            axis,
+            modes,
+            encoders,
+            bits,
+            label="{:+z.2f}",
+            ticks=[conditional_label(mode).replace(" + ", " +\n") for mode in modes],
+            ylabel="bits/token beyond layer 0 (test)",
+            title=f"{task}: information beyond layer 0",
+        )
+    _encoder_legend_on_top(figure, encoders)
     return figure

@@ -26,16 +26,15 @@ import numpy as np
 from elmolab.io.results import CONDITIONAL_BASE, CONDITIONAL_MODES, conditional_features
 from elmolab.report.collect import (
     DEV_BITS,
-    ENCODER_ORDER,
-    FEATURE_ORDER,
     TASK_ORDER,
     TEST_BITS,
     OnlineCode,
     ProbeRun,
     conditioned_mode,
+    display_order,
     ordered,
 )
-from elmolab.report.stats import Cell, paired_bits_test, paired_test
+from elmolab.report.stats import Cell, CellKey, paired_bits_test, paired_test
 
 
 @dataclass(frozen=True)
@@ -69,12 +68,9 @@ class TestedDifference(PerSeed):
 
 
 @dataclass(frozen=True)
-class CodeCell:
+class CodeCell(CellKey):
     """The online codes of one task, feature mode and encoder, one per seed."""
 
-    task: str
-    features: str
-    encoder: str
     codes: tuple[OnlineCode, ...]  # sorted by seed
 
     @property
@@ -159,15 +155,9 @@ def online_code_cells(codes: Iterable[OnlineCode]) -> dict[tuple[str, str, str],
     groups: dict[tuple[str, str, str], list[OnlineCode]] = defaultdict(list)
     for code in codes:
         groups[code.task, code.features, code.encoder].append(code)
-    tasks = ordered({key[0] for key in groups}, TASK_ORDER)
-    features = ordered({key[1] for key in groups}, FEATURE_ORDER)
-    encoders = ordered({key[2] for key in groups}, ENCODER_ORDER)
     return {
-        (t, f, e): CodeCell(t, f, e, tuple(sorted(groups[t, f, e], key=lambda c: c.seed)))
-        for t in tasks
-        for f in features
-        for e in encoders
-        if (t, f, e) in groups
+        key: CodeCell(*key, tuple(sorted(groups[key], key=lambda code: code.seed)))
+        for key in display_order(groups)
     }
 
 

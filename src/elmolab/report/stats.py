@@ -30,24 +30,27 @@ from scipy import stats
 
 from elmolab.report.collect import (
     CONTROL_SUFFIX,
-    ENCODER_ORDER,
-    FEATURE_ORDER,
     SCALAR_MIX,
     SINGLE_LAYERS,
-    TASK_ORDER,
     TEST_BITS,
     ProbeRun,
-    ordered,
+    display_order,
 )
 
 
 @dataclass(frozen=True)
-class Cell:
-    """All runs of one task x feature mode x encoder."""
+class CellKey:
+    """One task x feature mode x encoder of the report's tables."""
 
     task: str
     features: str
     encoder: str
+
+
+@dataclass(frozen=True)
+class Cell(CellKey):
+    """All runs of one task x feature mode x encoder."""
+
     runs: tuple[ProbeRun, ...]  # sorted by seed
 
     @property
@@ -205,16 +208,7 @@ def group_cells(runs: Iterable[ProbeRun]) -> dict[tuple[str, str, str], Cell]:
     groups: dict[tuple[str, str, str], list[ProbeRun]] = defaultdict(list)
     for run in runs:
         groups[run.task, run.features, run.encoder].append(run)
-    tasks = ordered({key[0] for key in groups}, TASK_ORDER)
-    features = ordered({key[1] for key in groups}, FEATURE_ORDER)
-    encoders = ordered({key[2] for key in groups}, ENCODER_ORDER)
-    return {
-        (t, f, e): Cell(t, f, e, tuple(sorted(groups[t, f, e], key=lambda r: r.seed or 0)))
-        for t in tasks
-        for f in features
-        for e in encoders
-        if (t, f, e) in groups
-    }
+    return {key: Cell(*key, _by_seed(groups[key])) for key in display_order(groups)}
 
 
 def learning_curve_cells(
@@ -230,18 +224,11 @@ def learning_curve_cells(
         full = cells.get((task, features, encoder))
         if full is not None:
             groups[task, features, encoder, full.train_fraction] = list(full.runs)
-    tasks = ordered({key[0] for key in groups}, TASK_ORDER)
-    features = ordered({key[1] for key in groups}, FEATURE_ORDER)
-    encoders = ordered({key[2] for key in groups}, ENCODER_ORDER)
-    fractions = sorted({key[3] for key in groups})
-    return {
-        (t, f, e, x): Cell(t, f, e, tuple(sorted(groups[t, f, e, x], key=lambda r: r.seed or 0)))
-        for t in tasks
-        for f in features
-        for e in encoders
-        for x in fractions
-        if (t, f, e, x) in groups
-    }
+    return {key: Cell(*key[:3], _by_seed(groups[key])) for key in display_order(groups)}
+
+
+def _by_seed(runs: Iterable[ProbeRun]) -> tuple[ProbeRun, ...]:
+    return tuple(sorted(runs, key=lambda run: run.seed or 0))
 
 
 def compare_encoders(
