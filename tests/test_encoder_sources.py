@@ -301,3 +301,68 @@ def test_a_source_of_the_wrong_shape_fails_when_the_config_is_read(
     )
     with pytest.raises(ElmolabError, match=expected):
         section(cfg, "extract", ExtractConfig, where="params.yaml")
+
+
+def test_an_external_encoder_is_extracted_only_when_named(
+    workspace: DictConfig, published: Path, tmp_path: Path
+) -> None:
+    """``extract.external`` models join a run only as ``extract.encoder``: a run of every
+    encoder (a DVC extract@<dataset> stage) extracts ``extract.encoders`` alone."""
+    config = section(workspace, "extract", ExtractConfig)
+    config.external = {"published": str(published)}
+    config.encoder = None
+    assert set(config.selected_encoders()) == set(config.encoders)
+    config.encoder = "published"
+    assert config.selected_encoders() == {
+        "published": ("extract.external.published", str(published))
+    }
+    config.encoder = "nope"
+    with pytest.raises(ElmolabError, match=r"not one of extract\.encoders or extract\.external"):
+        config.selected_encoders()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "problem"),
+    [
+        ("fixture", "models/x", "'fixture' is also one of extract.encoders"),
+        ("x", {"options": "a", "weights": "b"}, "expected the folder of a bilm-tf model"),
+    ],
+    ids=["name-taken", "not-a-folder"],
+)
+def test_a_bad_external_encoder_fails_when_the_config_is_read(
+    workspace: DictConfig, name: str, value: object, problem: str
+) -> None:
+    cfg = workspace.copy()
+    OmegaConf.update(cfg, f"extract.external.{name}", value, merge=False)
+    with pytest.raises(ElmolabError, match=rf"^params\.yaml: extract\.external\.{name}: {problem}"):
+        section(cfg, "extract", ExtractConfig, where="params.yaml")
+
+
+def test_an_external_study_reads_and_writes_its_own_folder_only() -> None:
+    from elmolab.config import external_study
+
+    cfg = OmegaConf.load(ROOT / "params.yaml")
+    cfg.extract.external = {"elmo_small": "models/elmo_small"}
+    study = external_study(cfg, "elmo_small")
+    root = "artifacts/external/elmo_small"
+    assert study.paths.artifacts == root
+    assert (study.extract.encoder, study.probe.encoders) == ("elmo_small", ["elmo_small"])
+    assert study.probe.features_dir == f"{root}/features"
+    inputs = study.report.inputs
+    paths = [inputs.bilm, inputs.bilm_random, inputs.probes, inputs.vocab]
+    assert all(path.startswith(f"{root}/") for path in paths) and list(inputs.sources) == []
+    with pytest.raises(ElmolabError, match=r"no extract\.external\.nope .*elmo_small"):
+        external_study(cfg, "nope")
+
+
+def test_a_stage_run_for_an_unknown_external_encoder_is_one_line() -> None:
+    proc = subprocess.run(
+        [sys.executable, "pipelines/extract.py", "--params", "params.yaml", "--external", "nope"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--external nope: no extract.external.nope in the config (external encoders: none)" in (
+        proc.stderr
+    )

@@ -207,6 +207,37 @@ def test_a_new_dataset_and_task_rerun_only_their_stages_and_the_report(
     assert {k: v for k, v in old.items() if "chunks_columns" not in k} == _results(clean)
 
 
+def test_an_external_encoder_is_extracted_probed_and_reported_without_pretraining(
+    tmp_path: Path,
+) -> None:
+    """bilm-tf's reference model as ``extract.external.fixture`` (the folder form, its files
+    under bilm-tf's own names): ``dvc repro report_external@fixture`` runs its extraction, a
+    probe cell per task and its report, and no stage of the pretrained study."""
+    repo = make_checkout(tmp_path)
+    fixture = "+extract.external.fixture=data/reference/elmo_fixture"
+    _run([sys.executable, "-m", "elmolab.params", SMOKE, fixture], repo)
+    tasks = yaml.safe_load((repo / "params.yaml").read_text())["grid"]["tasks"]
+
+    ran = _stages_run(_run(["dvc", "repro", "report_external@fixture"], repo))
+    assert ran[0] == "extract_external@fixture" and ran[-1] == "report_external@fixture"
+    assert set(ran[1:-1]) == {f"probe_external@fixture-{task}" for task in tasks}
+    study = repo / "artifacts" / "external" / "fixture"
+    assert sorted(p.name for p in (repo / "artifacts").iterdir()) == ["external"]
+    summary = json.loads((study / "report" / "summary.json").read_text())
+    assert set(summary["probes"]) == set(tasks)
+    assert all(
+        set(modes[mode]) == {"fixture"} for modes in summary["probes"].values() for mode in modes
+    )
+    assert any("no trained biLM" in line for line in summary["missing"])
+    assert "fixture" in (study / "report" / "index.html").read_text()
+    # The features are the reference model's: bilm-tf's 3 layers of 2 x 16 dims.
+    features = study / "features" / "fixture" / "ud_english_ewt" / "extract.json"
+    extracted = json.loads(features.read_text())
+    assert extracted["model"] == "data/reference/elmo_fixture"
+    assert (extracted["layers"], extracted["dim"]) == (3, 32)
+    assert _stages_run(_run(["dvc", "repro", "report_external@fixture"], repo)) == []
+
+
 def test_queued_experiments_run_and_show_their_metrics_side_by_side(clean: Path) -> None:
     for lr in ("0.01", "0.1"):
         _run(["dvc", "exp", "run", "--queue", "-S", SMOKE, "-S", f"probe.lr={lr}"], clean)

@@ -8,6 +8,10 @@ A stage runs in one of two ways, with the same `conf/` behind both:
   any other override sets a value that must already exist.
 - ad hoc or as a sweep, ``python pipelines/<stage>.py [-m] key=value ...``: Hydra composes
   ``conf/`` itself, and the stage writes into Hydra's run folder instead of ``artifacts/``.
+- under DVC for a bilm-tf model from elsewhere (``extract.external.<name>``, e.g. a published
+  ELMo), ``python pipelines/<stage>.py --params params.yaml --external <name> [key=value ...]``:
+  the same, rewritten by :func:`external_study` into that model's own study, which reads and
+  writes ``artifacts/external/<name>/`` only and needs no pretraining.
 
 Each stage validates its own section against a dataclass schema (:func:`section`), so a
 misspelled key fails before any work starts, with the file and key named.
@@ -70,6 +74,38 @@ def load_params(path: str | os.PathLike[str], overrides: list[str], conf_dir: Pa
 
 
 _MISSING = object()
+EXTERNAL_DIR = "external"  # <paths.artifacts>/external/<name>/: an external encoder's study
+
+
+def external_study(cfg: DictConfig, name: str) -> DictConfig:
+    """``cfg`` for the study of ``extract.external.<name>`` alone: its features, probes and report
+    under ``<paths.artifacts>/external/<name>/`` (``features/<name>/<dataset>/``,
+    ``probes/<task>/``, ``report/``), every stage reading that folder only. Nothing of the
+    pretrain stages is read: the report finds no pretrained biLM there and says so."""
+    external = OmegaConf.select(cfg, "extract.external", default=None) or {}
+    if name not in external:
+        raise ElmolabError(
+            f"--external {name}: no extract.external.{name} in the config"
+            f" (external encoders: {', '.join(external) or 'none'})"
+        )
+    root = f"{cfg.paths.artifacts}/{EXTERNAL_DIR}/{name}"
+    study = {
+        "paths": {"artifacts": root},
+        "extract": {"encoder": name},
+        "probe": {"features_dir": f"{root}/features", "encoders": [name]},
+        "report": {
+            "inputs": {
+                "bilm": f"{root}/bilm",
+                "bilm_random": f"{root}/bilm_random",
+                "probes": f"{root}/probes",
+                "vocab": f"{root}/corpus/vocab.txt",
+                "sources": [],
+            }
+        },
+    }
+    merged = OmegaConf.merge(cfg, study)
+    assert isinstance(merged, DictConfig)
+    return merged
 
 
 # What the running stage's config came from, for error messages: the params file, or conf/.
@@ -112,8 +148,15 @@ def run_stage(fn: StageFn, stage: str, conf_dir: Path, argv: list[str] | None = 
             _fail(ElmolabError("--params needs a file (params.yaml)"))
         global _config_source
         _config_source = argv[1]
+        overrides, external = argv[2:], None
+        if overrides[:1] == ["--external"]:
+            if len(overrides) < 2:
+                _fail(ElmolabError("--external needs the name of one of extract.external"))
+            overrides, external = overrides[2:], overrides[1]
         try:
-            cfg = load_params(argv[1], argv[2:], conf_dir)
+            cfg = load_params(argv[1], overrides, conf_dir)
+            if external is not None:
+                cfg = external_study(cfg, external)
             out_dir = Path(cfg.paths.artifacts) / stage
             fn(cfg, out_dir)
         except ElmolabError as err:

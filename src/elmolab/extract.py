@@ -36,7 +36,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +93,9 @@ class ExtractConfig:
     num_threads: int  # torch intra-op threads
     device: str  # cpu, cuda, cuda:<n>, or auto (cuda when available)
     max_sentences: int | None  # the first this-many sentences of each split (None: all)
+    # bilm-tf models from elsewhere (a published ELMo), name -> folder: extracted only when
+    # ``encoder`` names one, each in a study of its own (``elmolab.config.external_study``)
+    external: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # OmegaConf cannot type "a string or a mapping of two strings"; the shape is checked here,
@@ -107,6 +110,29 @@ class ExtractConfig:
                 )
                 error.full_key = f"encoders.{name}"
                 raise error
+        for name, folder in self.external.items():
+            if name in self.encoders or not _is_path(folder):
+                error = ValidationError(
+                    f"{name!r} is also one of extract.encoders: give the external one another name"
+                    if name in self.encoders
+                    else f"expected the folder of a bilm-tf model, got {folder!r}"
+                )
+                error.full_key = f"external.{name}"
+                raise error
+
+    def selected_encoders(self) -> dict[str, tuple[str, EncoderSource]]:
+        """The encoders to extract, name -> (config key, source): ``encoder`` alone (one of
+        ``encoders`` or ``external``), else every one of ``encoders``."""
+        named = {name: (f"extract.encoders.{name}", s) for name, s in self.encoders.items()}
+        if self.encoder is None:
+            return named
+        named |= {name: (f"extract.external.{name}", s) for name, s in self.external.items()}
+        if self.encoder not in named:
+            raise ElmolabError(
+                f"extract.encoder: {self.encoder!r} is not one of extract.encoders or"
+                f" extract.external ({', '.join(named)})"
+            )
+        return {self.encoder: named[self.encoder]}
 
     def catalog(self) -> DataCatalog:
         """The datasets as the probe stage must read them to match these features."""
@@ -227,11 +253,11 @@ def extract(config: ExtractConfig, out_dir: Path) -> dict[str, dict[str, Any]]:
         raise ElmolabError(f"extract.dtype must be one of {STORAGE_DTYPES}, got {config.dtype!r}")
     if config.batch_size < 1:
         raise ElmolabError(f"extract.batch_size must be at least 1, got {config.batch_size}")
-    encoders = _selected(config.encoders, config.encoder, "encoder")
     datasets = _selected(config.datasets, config.dataset, "dataset")
     # Every selected encoder's files are found before anything is read or written.
     files = {
-        name: encoder_files(source, f"extract.encoders.{name}") for name, source in encoders.items()
+        name: encoder_files(source, key)
+        for name, (key, source) in config.selected_encoders().items()
     }
     torch.set_num_threads(config.num_threads)
     device = _device(config.device)
