@@ -61,6 +61,9 @@ def configs(**pretrain_overrides):
     trainer = section(cfg, "trainer", TrainerConfig)
     trainer.enable_progress_bar = False
     trainer.log_every_n_steps = 1
+    # fp32 whatever the CPU: `auto` would pick bf16 on one with native bf16, and the exact
+    # comparisons here must not depend on which machine runs them (bf16 has tests of its own).
+    trainer.precision = "32-true"
     return section(cfg, "model", ModelConfig), settings, trainer
 
 
