@@ -211,6 +211,10 @@ def test_the_dvc_cell_command_runs_every_mode_and_seed_of_the_grid(params: Path)
     metrics = json.loads((cell / "mean" / "trained" / "seed1" / "metrics.json").read_text())
     assert metrics["metric"] == "span_f1" and metrics["per_sentence_test"] is None
     assert 0 <= metrics["test_untyped_f1"] <= 1 and metrics["hit_epoch_cap"] in (True, False)
+    # chunk measures information: its bits per sentence come with the sentences' tokens
+    tokens = metrics["per_sentence_test_tokens"]
+    assert len(tokens) == len(metrics["per_sentence_test_bits"])
+    assert sum(tokens) == metrics["n_test_tokens"]
 
 
 def test_a_dvc_cell_takes_its_task_from_params_and_refuses_task_overrides(params: Path) -> None:

@@ -558,3 +558,58 @@ def test_without_information_results_the_sections_are_absent(tmp_path):
     assert summary["probes"]["upos"]["layer0"]["trained"]["extra"]["test_bits"] == pytest.approx(
         [1.51, 1.52, 1.53]
     )
+
+
+def test_a_span_task_pairs_its_bits_by_sentence_through_its_token_counts(tmp_path):
+    """Span F1 is not counted per sentence, so its runs carry each test sentence's tokens beside
+    the bits (``per_sentence_test_tokens``): the bits difference gets the paired bootstrap."""
+    from elmolab.report.stats import paired_bits_test
+
+    tokens = _totals()
+    for seed in (1, 2, 3):
+        for features, rate in (("layer0", 1.5), ("layer0+layer1", 1.0)):
+            write_information_run(
+                tmp_path,
+                "chunk",
+                features,
+                "trained",
+                seed,
+                metric="span_f1",
+                dev=0.8,
+                test=0.8,
+                per_sentence_test=None,
+                dev_bits=rate,
+                test_bits=rate,
+                per_sentence_test_bits=(rate * tokens + WOBBLE).tolist(),
+                per_sentence_test_tokens=tokens.tolist(),
+            )
+    runs = read_probe_runs(tmp_path)
+    base = tuple(r for r in runs if r.features == "layer0")
+    conditioned = tuple(r for r in runs if r.features == "layer0+layer1")
+    assert all((r.per_sentence_test_tokens == tokens).all() for r in runs)
+    p_value, method = paired_bits_test(base, conditioned, 500, seed=1)
+    assert method.startswith("paired bootstrap") and p_value is not None and p_value < 0.01
+
+
+@pytest.mark.parametrize(
+    ("tokens", "problem"),
+    [
+        (list(range(N_SENTENCES - 1)), f"{N_SENTENCES} sentences but per_sentence_test_tokens"),
+        ([1.5] * N_SENTENCES, "per_sentence_test_tokens must be counts"),
+    ],
+)
+def test_bad_per_sentence_tokens_are_an_error_naming_the_file(tmp_path, tokens, problem):
+    path = write_information_run(
+        tmp_path,
+        "chunk",
+        "layer0",
+        "trained",
+        1,
+        metric="span_f1",
+        dev=0.8,
+        test=0.8,
+        per_sentence_test=None,
+        per_sentence_test_bits=[1.0] * N_SENTENCES,
+        per_sentence_test_tokens=tokens,
+    )
+    expect_error(lambda: read_probe_runs(tmp_path), path, None, problem)

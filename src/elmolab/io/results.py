@@ -23,7 +23,9 @@ metrics, ``per_sentence_test`` ``{correct, total}`` (the report's paired bootstr
 
 Tasks that measure information (a token task with ``conditional`` or ``mdl`` set) add, to every run
 on all the training data, its cross-entropy in bits per token with the best dev state
-(``dev_bits``, ``test_bits``) and each test sentence's summed bits (``per_sentence_test_bits``).
+(``dev_bits``, ``test_bits``) and each test sentence's summed bits (``per_sentence_test_bits``;
+where the metric is not counted, such as span F1, each test sentence's tokens beside them,
+``per_sentence_test_tokens``).
 Conditional probing (``conditional``) adds runs whose features are layer 0 beside another mode,
 named by :func:`conditional_features` (``layer0+layer1``, ``layer0+layer2``,
 ``layer0+scalar_mix``). The online code (``mdl``) of a feature mode, encoder and seed is

@@ -615,6 +615,12 @@ def _probe_metrics(
         **counts,
         **result.extra,
         "per_sentence_test": result.per_sentence_test if counted else None,
+        # The tokens that per_sentence_test's totals give elsewhere: bits per token per sentence.
+        **(
+            {"per_sentence_test_tokens": result.per_sentence_test["total"]}
+            if not counted and "per_sentence_test_bits" in result.extra
+            else {}
+        ),
         "history": [dataclasses.asdict(record) for record in result.history],
     }
 

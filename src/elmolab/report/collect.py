@@ -147,8 +147,9 @@ class ProbeRun:
     extra: dict[str, float] = field(default_factory=dict, hash=False)
     epochs: int | None = None  # epochs trained (None: nothing trained, or not recorded)
     hit_epoch_cap: bool | None = None  # still improving at the epoch cap (None: not recorded)
-    # Summed bits of each test sentence, aligned with per_sentence_test (information tasks).
+    # Summed bits and tokens of each test sentence (information tasks), both (sentences,).
     per_sentence_test_bits: np.ndarray | None = field(default=None, compare=False, repr=False)
+    per_sentence_test_tokens: np.ndarray | None = field(default=None, compare=False, repr=False)
     wall_seconds: float | None = None  # the probe's training time (None: not recorded)
 
     @property
@@ -417,7 +418,7 @@ def read_probe_run(path: Path, probes_dir: Path) -> ProbeRun:
             _require(data, "hit_epoch_cap", bool, path) if "hit_epoch_cap" in data else None
         ),
         extra=_extra_scores(data, path),
-        per_sentence_test_bits=_per_sentence_bits(data, per_sentence_test, path),
+        **_per_sentence_bits(data, per_sentence_test, path),
         wall_seconds=(
             _require(data, "wall_seconds", float, path) if "wall_seconds" in data else None
         ),
@@ -504,19 +505,30 @@ def _per_sentence(value: Any, path: Path) -> PerSentence | None:
 
 def _per_sentence_bits(
     data: Mapping[str, Any], per_sentence_test: PerSentence | None, path: Path
-) -> np.ndarray | None:
-    """``per_sentence_test_bits`` (absent or null: None): a number per test sentence, as many as
-    ``per_sentence_test`` counts where it is there."""
+) -> dict[str, np.ndarray | None]:
+    """``per_sentence_test_bits`` and the tokens of each test sentence: ``per_sentence_test``'s
+    totals, else ``per_sentence_test_tokens`` (a metric that is not counted); all of one length.
+    Absent or null bits: both None."""
     if data.get("per_sentence_test_bits") is None:
-        return None
+        return {"per_sentence_test_bits": None, "per_sentence_test_tokens": None}
     bits = _number_list(data, "per_sentence_test_bits", path)
-    if per_sentence_test is not None and len(bits) != len(per_sentence_test.total):
+    if per_sentence_test is not None:
+        tokens, source = per_sentence_test.total, "per_sentence_test"
+    elif data.get("per_sentence_test_tokens") is not None:
+        tokens = np.asarray(_require(data, "per_sentence_test_tokens", list, path))
+        source = "per_sentence_test_tokens"
+        if tokens.dtype.kind not in "iu" or (tokens < 0).any():
+            raise ElmolabError("per_sentence_test_tokens must be counts (integers >= 0)", path)
+    else:
+        tokens, source = None, ""
+    if tokens is not None and len(bits) != len(tokens):
         raise ElmolabError(
-            f"per_sentence_test_bits: {len(bits)} sentences but per_sentence_test has "
-            f"{len(per_sentence_test.total)}",
-            path,
+            f"per_sentence_test_bits: {len(bits)} sentences but {source} has {len(tokens)}", path
         )
-    return np.asarray(bits, dtype=float)
+    return {
+        "per_sentence_test_bits": np.asarray(bits, dtype=float),
+        "per_sentence_test_tokens": tokens,
+    }
 
 
 def read_online_codes(probes_dir: Path) -> list[OnlineCode]:

@@ -291,9 +291,8 @@ def paired_bits_test(
     a: tuple[ProbeRun, ...], b: tuple[ProbeRun, ...], bootstrap_samples: int, seed: int
 ) -> tuple[float | None, str]:
     """p-value of "b's test cross-entropy (bits per token) differs from a's" and the method used:
-    the paired bootstrap over test sentences on their summed bits (per-sentence token counts from
-    ``per_sentence_test``: bits per token as a ratio of sums), else a paired t-test over seeds on
-    ``test_bits``."""
+    the paired bootstrap over test sentences on their summed bits and tokens (bits per token as a
+    ratio of sums), else a paired t-test over seeds on ``test_bits``."""
     return _paired(
         a, b, _sentence_bits, lambda run: run.extra.get(TEST_BITS), "bits", bootstrap_samples, seed
     )
@@ -309,8 +308,8 @@ def _counts(run: ProbeRun) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def _sentence_bits(run: ProbeRun) -> tuple[np.ndarray, np.ndarray] | None:
-    bits, counts = run.per_sentence_test_bits, run.per_sentence_test
-    return None if bits is None or counts is None else (bits, counts.total)
+    bits, tokens = run.per_sentence_test_bits, run.per_sentence_test_tokens
+    return None if bits is None or tokens is None else (bits, tokens)
 
 
 def _paired(
