@@ -595,7 +595,7 @@ def test_a_span_task_pairs_its_bits_by_sentence_through_its_token_counts(tmp_pat
     ("tokens", "problem"),
     [
         (list(range(N_SENTENCES - 1)), f"{N_SENTENCES} sentences but per_sentence_test_tokens"),
-        ([1.5] * N_SENTENCES, "per_sentence_test_tokens must be counts"),
+        ([1.5] * N_SENTENCES, "per_sentence_test_tokens must be a list of counts"),
     ],
 )
 def test_bad_per_sentence_tokens_are_an_error_naming_the_file(tmp_path, tokens, problem):

@@ -401,6 +401,7 @@ def read_probe_run(path: Path, probes_dir: Path) -> ProbeRun:
         _require(data, "mix_weights", list, path, nullable=True) if "mix_weights" in data else None
     )
     per_sentence_test = _per_sentence(data.get("per_sentence_test"), path)
+    bits, tokens = _per_sentence_bits(data, per_sentence_test, path)
     return ProbeRun(
         **identity,
         metric=_require(data, "metric", str, path),
@@ -418,7 +419,8 @@ def read_probe_run(path: Path, probes_dir: Path) -> ProbeRun:
             _require(data, "hit_epoch_cap", bool, path) if "hit_epoch_cap" in data else None
         ),
         extra=_extra_scores(data, path),
-        **_per_sentence_bits(data, per_sentence_test, path),
+        per_sentence_test_bits=bits,
+        per_sentence_test_tokens=tokens,
         wall_seconds=(
             _require(data, "wall_seconds", float, path) if "wall_seconds" in data else None
         ),
@@ -490,45 +492,45 @@ def _per_sentence(value: Any, path: Path) -> PerSentence | None:
         return None
     if not isinstance(value, Mapping):
         raise ElmolabError("per_sentence_test must be an object {correct, total}", path)
-    correct = np.asarray(_require(value, "correct", list, path, "per_sentence_test."))
-    total = np.asarray(_require(value, "total", list, path, "per_sentence_test."))
-    if correct.shape != total.shape or correct.ndim != 1:
+    correct = _counts(value, "correct", path, "per_sentence_test.")
+    total = _counts(value, "total", path, "per_sentence_test.")
+    if correct.shape != total.shape:
         raise ElmolabError(
             f"per_sentence_test: {correct.size} correct counts but {total.size} totals", path
         )
-    if correct.size and (
-        correct.dtype.kind not in "iu" or total.dtype.kind not in "iu" or (correct > total).any()
-    ):
+    if (correct > total).any():
         raise ElmolabError("per_sentence_test: counts must be integers with correct <= total", path)
-    return PerSentence(correct.astype(np.int64), total.astype(np.int64))
+    return PerSentence(correct, total)
+
+
+def _counts(data: Mapping[str, Any], key: str, path: Path, prefix: str = "") -> np.ndarray:
+    """``data[key]``: a list of counts (integers >= 0), as int64."""
+    values = np.asarray(_require(data, key, list, path, prefix))
+    if values.ndim != 1 or (values.size and (values.dtype.kind not in "iu" or (values < 0).any())):
+        raise ElmolabError(f"{prefix}{key} must be a list of counts (integers >= 0)", path)
+    return values.astype(np.int64)
 
 
 def _per_sentence_bits(
     data: Mapping[str, Any], per_sentence_test: PerSentence | None, path: Path
-) -> dict[str, np.ndarray | None]:
+) -> tuple[np.ndarray | None, np.ndarray | None]:
     """``per_sentence_test_bits`` and the tokens of each test sentence: ``per_sentence_test``'s
     totals, else ``per_sentence_test_tokens`` (a metric that is not counted); all of one length.
-    Absent or null bits: both None."""
+    Absent or null bits: (None, None)."""
     if data.get("per_sentence_test_bits") is None:
-        return {"per_sentence_test_bits": None, "per_sentence_test_tokens": None}
-    bits = _number_list(data, "per_sentence_test_bits", path)
+        return None, None
+    bits = np.asarray(_number_list(data, "per_sentence_test_bits", path), dtype=float)
     if per_sentence_test is not None:
         tokens, source = per_sentence_test.total, "per_sentence_test"
     elif data.get("per_sentence_test_tokens") is not None:
-        tokens = np.asarray(_require(data, "per_sentence_test_tokens", list, path))
-        source = "per_sentence_test_tokens"
-        if tokens.dtype.kind not in "iu" or (tokens < 0).any():
-            raise ElmolabError("per_sentence_test_tokens must be counts (integers >= 0)", path)
+        tokens, source = _counts(data, "per_sentence_test_tokens", path), "per_sentence_test_tokens"
     else:
-        tokens, source = None, ""
-    if tokens is not None and len(bits) != len(tokens):
+        return bits, None
+    if len(bits) != len(tokens):
         raise ElmolabError(
             f"per_sentence_test_bits: {len(bits)} sentences but {source} has {len(tokens)}", path
         )
-    return {
-        "per_sentence_test_bits": np.asarray(bits, dtype=float),
-        "per_sentence_test_tokens": tokens,
-    }
+    return bits, tokens
 
 
 def read_online_codes(probes_dir: Path) -> list[OnlineCode]:
