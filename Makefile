@@ -10,9 +10,8 @@ FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export DVC_NO_ANALYTICS := 1
 export WANDB_SILENT := true
-# Idle OpenMP threads sleep instead of spinning: when another job holds a core, spinning threads
-# made small ops about 10x slower here (bench/embed.py).
-export OMP_WAIT_POLICY ?= PASSIVE
+# OMP_WAIT_POLICY is left to the stages: pretrain and extract, alone on every core, spin
+# (src/elmolab/openmp.py: a third faster than sleeping); set PASSIVE when jobs share the cores.
 # glibc returns freed memory to the OS eagerly by default; page faults then eat ~20% of
 # training time (docs/architecture.md §7). These keep large buffers mapped between steps.
 export MALLOC_MMAP_THRESHOLD_ := 1073741824

@@ -14,12 +14,15 @@ real training batches. The rate and the share of the matmul rate use the second 
 
 Run: .venv/bin/python bench/train.py [--model cpu_default] [--steps 40] [--threads 2]
 (needs artifacts/corpus: `dvc repro prepare`). A GPU run: --model elmo_small --accelerator gpu.
+Idle OpenMP threads spin (OMP_WAIT_POLICY=ACTIVE, as the stage) unless the environment sets it.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -157,6 +160,11 @@ def main() -> None:
         "natively or on a GPU)",
     )
     args = parser.parse_args()
+    if "OMP_WAIT_POLICY" not in os.environ:
+        # As the pretrain stage runs (elmolab.openmp): idle OpenMP threads spin. OpenMP reads
+        # the variable when torch loads, so the script restarts itself with it.
+        os.environ["OMP_WAIT_POLICY"] = "ACTIVE"
+        os.execv(sys.executable, [sys.executable, *sys.argv])
     torch.set_num_threads(args.threads)
     precisions = args.precisions
     if precisions is None:
@@ -174,7 +182,10 @@ def main() -> None:
     flop = flop_per_token(model, settings, vocab_size, computed)
     rate = matmul_gflops() if args.accelerator == "cpu" else math.nan
     shared = " shared by both directions" if settings.softmax.share_negatives else " per direction"
-    print(f"CPU: {cpu_model()}; native bf16: {', '.join(native_bf16_flags()) or 'no'}")
+    print(
+        f"CPU: {cpu_model()}; native bf16: {', '.join(native_bf16_flags()) or 'no'}; "
+        f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}"
+    )
     print(
         f"model {args.model}: batch {settings.batch_size} x unroll {settings.unroll_steps}, "
         f"softmax {settings.softmax.kind} ({settings.softmax.n_negative_samples} negatives"

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import _venv  # noqa: F401  (before the project imports: re-runs under .venv if needed)
+import _wait_policy  # noqa: F401  (before torch loads: idle OpenMP threads spin)
 from omegaconf import DictConfig
 
 from elmolab.config import run_stage, section

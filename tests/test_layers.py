@@ -12,7 +12,13 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Bottom to top; a package name covers its modules.
 LAYERS = (
     # foundations: errors, files, configuration, run tracking
-    ("elmolab.errors", "elmolab.fsutil", "elmolab.failpoints", "elmolab.hardware"),
+    (
+        "elmolab.errors",
+        "elmolab.fsutil",
+        "elmolab.failpoints",
+        "elmolab.hardware",
+        "elmolab.openmp",
+    ),
     ("elmolab.config", "elmolab.params", "elmolab.tracking"),
     # data formats: corpora, CoNLL, WSD, characters, vocabularies, feature files
     ("elmolab.text", "elmolab.io"),

@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import shutil
 import sys
 import time
@@ -289,6 +290,7 @@ def pretrain(
         log.info("resuming from %s", resume)
     precision = choose_precision(trainer_cfg.precision, trainer_cfg.accelerator)
     log.info("precision %s: %s", precision.precision, precision.reason)
+    log.info("OpenMP idle threads: OMP_WAIT_POLICY=%s", os.environ.get("OMP_WAIT_POLICY", "unset"))
 
     pl.seed_everything(seed, workers=True, verbose=False)
     module = make_module(model_cfg, cfg, len(vocab))
