@@ -1,9 +1,18 @@
 """Span F1 (seqeval, counted as conlleval does) and accuracy against hand-computed values."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from elmolab.probing.metrics import LabelVocabulary, accuracy, span_f1, task_score
+from elmolab.probing.metrics import (
+    LabelVocabulary,
+    accuracy,
+    conlleval_codes,
+    span_f1,
+    task_score,
+    untyped_span_f1,
+)
 from elmolab.text.conll import TagScheme
 
 
@@ -98,3 +107,69 @@ def test_predictions_are_written_in_the_data_scheme() -> None:
     as_predicted = [["B-PER", "I-PER", "O", "B-PER"], ["I-PER", "O"]]
     for vocabulary in (LabelVocabulary(labels, scheme=TagScheme.IOB2), LabelVocabulary(labels)):
         assert vocabulary.decode_in_data_scheme(predicted, lengths) == as_predicted
+
+
+# Span F1 on label ids (what the probe engine scores with) against seqeval on the decoded tags:
+# the same float, typed and untyped, on random sequences (ill-formed ones included: I- after O or
+# after another type, empty sentences, a gold-only label) and on real CoNLL-2000 chunk tags.
+def _seqeval_on_ids(vocabulary, gold, predicted, lengths, untyped):
+    decode = vocabulary.decode_sentences
+    score = untyped_span_f1 if untyped else span_f1
+    return score(decode(gold, lengths), decode(predicted, lengths))
+
+
+@pytest.mark.parametrize("untyped", [False, True])
+@pytest.mark.parametrize("seed", range(40))
+def test_span_f1_of_ids_equals_seqeval_on_random_tags(seed: int, untyped: bool) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    kinds = ["NP", "VP", "PP", "B", "I", "O"][: 1 + seed % 6]  # types named like prefixes too
+    labels = ["O"] + [f"{p}-{k}" for k in kinds for p in "BI"]
+    vocabulary = LabelVocabulary(labels[:-1], unseen="keep")
+    vocabulary.encode([[labels[-1]]])  # a label only the gold side has (an evaluation-only id)
+    lengths = torch.randint(
+        0, 9, (int(torch.randint(1, 40, (1,), generator=generator)),), generator=generator
+    ).tolist()
+    tokens = sum(lengths)
+    gold = torch.randint(0, len(vocabulary), (tokens,), generator=generator)
+    # predictions: mostly the gold tags (many matches), some random ones
+    noise = torch.randint(0, vocabulary.num_train_labels, (tokens,), generator=generator)
+    keep = torch.rand(tokens, generator=generator) < 0.6
+    predicted = torch.where(keep & (gold < vocabulary.num_train_labels), gold, noise)
+    expected = _seqeval_on_ids(vocabulary, gold, predicted, lengths, untyped)
+    score = task_score("span_f1", predicted, gold, lengths, vocabulary, untyped=untyped)
+    assert score == expected
+
+
+def test_span_f1_of_ids_equals_seqeval_on_conll2000() -> None:
+    path = Path(__file__).resolve().parents[1] / "data" / "probing" / "conll2000" / "test.txt"
+    if not path.is_file():
+        pytest.skip("the CoNLL-2000 data is not pulled (make data)")
+    sentences, current = [], []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            current.append(line.split()[-1])
+        elif current:
+            sentences.append(current)
+            current = []
+    if current:
+        sentences.append(current)
+    vocabulary = LabelVocabulary([t for s in sentences for t in s])
+    lengths = [len(s) for s in sentences]
+    gold = torch.tensor([i for ids in vocabulary.encode(sentences) for i in ids])
+    generator = torch.Generator().manual_seed(0)
+    for rate in (0.0, 0.05, 0.3):  # a probe's errors: a share of the tags replaced at random
+        noise = torch.randint(0, len(vocabulary), gold.shape, generator=generator)
+        predicted = torch.where(torch.rand(gold.shape, generator=generator) < rate, noise, gold)
+        for untyped in (False, True):
+            expected = _seqeval_on_ids(vocabulary, gold, predicted, lengths, untyped)
+            score = task_score("span_f1", predicted, gold, lengths, vocabulary, untyped=untyped)
+            assert score == expected
+
+
+def test_labels_outside_iob2_go_through_seqeval() -> None:
+    assert conlleval_codes(["O", "B-NP", "I-NP"]) is not None
+    for odd in (["O", "E-NP"], ["O", "S-NP"], ["B-"], ["B-A-B"], ["NP"]):
+        assert conlleval_codes(odd) is None
+    vocabulary = LabelVocabulary(["O", "B-NP", "E-NP"])  # IOBES-like tags: seqeval decides
+    ids = torch.tensor(vocabulary.encode([["B-NP", "E-NP", "O"]])[0])
+    assert task_score("span_f1", ids, ids, [3], vocabulary) == 1.0

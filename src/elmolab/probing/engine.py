@@ -54,7 +54,7 @@ from elmolab.errors import ElmolabError
 from elmolab.io.results import conditional_features
 from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
-from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score, untyped_span_f1
+from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score
 from elmolab.probing.trees import GoldTrees, SentenceBatch, plan_batches, tree_distances
 
 EVAL_ROLES = ("dev", "test")
@@ -941,11 +941,13 @@ class TokenProbes(HeadProbes):
         return results
 
     def _untyped(self, predicted: torch.Tensor, split: FeatureDataset) -> float:
-        decode = self.vocabulary.decode_sentences
-        return untyped_span_f1(
-            decode(split.labels, split.sentence_lengths),
-            decode(predicted, split.sentence_lengths),
-            self.vocabulary.scheme,
+        return task_score(
+            TaskMetric.SPAN_F1,
+            predicted,
+            split.labels,
+            split.sentence_lengths,
+            self.vocabulary,
+            untyped=True,
         )
 
 
