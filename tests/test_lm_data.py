@@ -196,6 +196,17 @@ def test_rows_pack_sentences_into_exactly_unroll_steps_pairs(
     assert first != second  # in a new order
 
 
+def test_every_batch_mixes_the_shards(tmp_path: Path, encoder: SentenceEncoder) -> None:
+    # The prepare stage writes a shard per source: streams that read shard after shard would
+    # train on one source at a time. The first batch's 16 rows start in all three shards.
+    _write_corpus(tmp_path, {"train": [300, 300, 300]})
+    corpus = ShardedCorpus.from_dir(tmp_path / "train")
+    iterator = LMBatchIterator(corpus, encoder, batch_size=16, unroll_steps=2, seed=1)
+    firsts = [tokens[1] for tokens, _, _ in _streams([next(iterator)], "forward")]
+    shards = {int(first.removeprefix("s")) // 300 for first in firsts}  # sentence s<k>
+    assert shards == {0, 1, 2}
+
+
 def test_backward_stream_reads_each_sentence_reversed(
     train: ShardedCorpus, encoder: SentenceEncoder
 ) -> None:
