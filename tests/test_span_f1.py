@@ -13,7 +13,7 @@ from elmolab.probing.metrics import (
     task_score,
     untyped_span_f1,
 )
-from elmolab.text.conll import TagScheme
+from elmolab.text.conll import TagScheme, read_conll2000
 
 
 def _f1(precision: float, recall: float) -> float:
@@ -144,15 +144,7 @@ def test_span_f1_of_ids_equals_seqeval_on_conll2000() -> None:
     path = Path(__file__).resolve().parents[1] / "data" / "probing" / "conll2000" / "test.txt"
     if not path.is_file():
         pytest.skip("the CoNLL-2000 data is not pulled (make data)")
-    sentences, current = [], []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            current.append(line.split()[-1])
-        elif current:
-            sentences.append(current)
-            current = []
-    if current:
-        sentences.append(current)
+    sentences = [sentence.chunks for sentence in read_conll2000(path)]
     vocabulary = LabelVocabulary([t for s in sentences for t in s])
     lengths = [len(s) for s in sentences]
     gold = torch.tensor([i for ids in vocabulary.encode(sentences) for i in ids])

@@ -19,14 +19,10 @@ from __future__ import annotations
 import os
 import sys
 
-VARIABLE = "OMP_WAIT_POLICY"
 
-
-def spin_idle_threads() -> str:
-    """Set ``OMP_WAIT_POLICY=ACTIVE`` unless the environment chose a policy; return the policy
-    in effect (``unset``: OpenMP's default). Call it before anything imports torch: once torch
-    is loaded (a test that imports a stage in-process) OpenMP has read the variable, and this
-    changes nothing."""
+def spin_idle_threads() -> None:
+    """Set ``OMP_WAIT_POLICY=ACTIVE`` unless the environment chose a policy. Call it before
+    anything imports torch: once torch is loaded (a test that imports a stage in-process)
+    OpenMP has read the variable, and this changes nothing."""
     if "torch" not in sys.modules:
-        os.environ.setdefault(VARIABLE, "ACTIVE")
-    return os.environ.get(VARIABLE, "unset")
+        os.environ.setdefault("OMP_WAIT_POLICY", "ACTIVE")
