@@ -41,6 +41,7 @@ RUN_KEYS = {
     "mix_weights",
     "gamma",
     "wall_seconds",
+    "precision",
     "n_train_tokens",
     "n_test_tokens",
     "per_sentence_test",

@@ -30,6 +30,7 @@ FAST = dataclasses.replace(
     max_epochs=15,
     patience=4,
     min_epoch_tokens=0,
+    precision="32-true",  # the reference arithmetic on every CPU; bf16-mixed is tested by name
 )
 
 
@@ -116,16 +117,27 @@ def test_mlp_probe_learns_with_layer_norm(splits: tuple[FeatureDataset, ...]) ->
     assert result.test >= 0.95
 
 
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
 @pytest.mark.parametrize("kind", ["linear", "mlp"])
 @pytest.mark.parametrize("pair", [False, True])
-def test_heads_trained_together_equal_each_trained_alone(kind: str, pair: bool) -> None:
+def test_heads_trained_together_equal_each_trained_alone(
+    kind: str, pair: bool, precision: str
+) -> None:
     """The engine's batching is invisible: every head of a joint fit (each mode and seed) ends
-    where a fit of that head alone ends, epoch for epoch, up to rounding. The settings make the
-    heads stop at different epochs, so stopped heads must not disturb the others."""
+    where a fit of that head alone ends, epoch for epoch, up to rounding, in either precision.
+    The settings make the heads stop at different epochs, so stopped heads must not disturb the
+    others."""
     splits = tuple(_split(n, seed, pair=pair)[0] for n, seed in ((40, 0), (10, 1), (10, 2)))
     vocabulary = LabelVocabulary([*LABELS, "root"] if pair else LABELS)
     settings = dataclasses.replace(
-        FAST, kind=kind, hidden_dim=8, max_epochs=6, patience=1, lr_decay=0.5, l2_lambda=0.01
+        FAST,
+        kind=kind,
+        hidden_dim=8,
+        max_epochs=6,
+        patience=1,
+        lr_decay=0.5,
+        l2_lambda=0.01,
+        precision=precision,
     )
     modes = ["layer0", "layer1", "layer2", "mean", "scalar_mix", "concat"]
     together = _train(splits, modes, (1, 2), vocabulary, settings=settings)
@@ -142,6 +154,43 @@ def test_heads_trained_together_equal_each_trained_alone(kind: str, pair: bool) 
             assert mine.dev_loss == pytest.approx(theirs.dev_loss, rel=1e-5)
         if result.mix_weights is not None:
             assert result.mix_weights == pytest.approx(alone.mix_weights, rel=1e-5)
+
+
+@pytest.mark.parametrize("pair", [False, True])
+def test_bf16_mixed_probes_learn_as_float32_ones_do(pair: bool) -> None:
+    """bf16-mixed (``probe.precision``, chosen by ``auto`` on CPUs with native bf16): the
+    features and matrix products in bf16, so the losses differ from float32's in their low
+    digits, and the probes learn the task as well."""
+    splits = tuple(_split(n, seed, pair=pair)[0] for n, seed in ((40, 0), (10, 1), (10, 2)))
+    vocabulary = LabelVocabulary([*LABELS, "root"] if pair else LABELS)
+    modes = ["layer1", "scalar_mix", "concat"]
+    exact = _train(splits, modes, vocabulary=vocabulary)
+    bf16 = _train(
+        splits,
+        modes,
+        vocabulary=vocabulary,
+        settings=dataclasses.replace(FAST, precision="bf16-mixed"),
+    )
+    for ours, theirs in zip(bf16, exact, strict=True):
+        assert ours.test >= 0.9 and ours.test == pytest.approx(theirs.test, abs=0.03)
+        assert ours.history[0].train_loss == pytest.approx(theirs.history[0].train_loss, rel=0.02)
+    assert [r.history[0].train_loss for r in bf16] != [r.history[0].train_loss for r in exact]
+
+
+def test_probe_precision_auto_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from elmolab import hardware
+    from elmolab.probing.engine import probe_precision
+
+    auto = dataclasses.replace(FAST, precision="auto")
+    monkeypatch.setattr(hardware, "_cpuinfo_fields", lambda: {"model name": "X", "flags": "avx2"})
+    assert probe_precision(auto).precision == "32-true"
+    flags = {"model name": "X", "flags": "avx2 avx512f avx512_bf16"}
+    monkeypatch.setattr(hardware, "_cpuinfo_fields", lambda: flags)
+    choice = probe_precision(auto)
+    assert choice.precision == "bf16-mixed" and "avx512_bf16" in choice.reason
+    assert probe_precision(FAST).reason == "set in the config (probe.precision)"
+    with pytest.raises(ElmolabError, match=r"probe.precision must be one of auto, 32-true, bf16"):
+        dataclasses.replace(FAST, precision="16-mixed").check()
 
 
 def test_same_seed_same_run_other_seed_other_run(splits: tuple[FeatureDataset, ...]) -> None:

@@ -42,6 +42,7 @@ def distance_spearman(predicted, gold):
 _DEFAULT = default_probe_settings()
 FAST = dataclasses.replace(
     _DEFAULT,
+    precision="32-true",  # the reference arithmetic on every CPU; bf16-mixed is tested by name
     mix_lr=0.05,  # few steps an epoch here: the mix needs larger ones than on real data
     tree=dataclasses.replace(
         _DEFAULT.tree, lr=1e-2, batch_tokens=128, max_epochs=30, patience=3, rank=16
@@ -392,18 +393,19 @@ def test_scalar_mix_learns_to_weight_the_informative_layer(
     assert frozen.mix_weights == pytest.approx([1 / 3] * 3) and result.test > frozen.test
 
 
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
 @pytest.mark.parametrize("kind", ["arc", "structural"])
 def test_heads_trained_together_equal_each_trained_alone(
-    splits: tuple[TreeDataset, ...], kind: str
+    splits: tuple[TreeDataset, ...], kind: str, precision: str
 ) -> None:
     """Tree heads of a joint fit (each mode and seed, batches visited in each seed's order) end
-    where each alone ends, epoch for epoch, up to rounding."""
+    where each alone ends, epoch for epoch, up to rounding, in either precision."""
     small = tuple(dataclasses.replace(s, features=s.features[:, :, :16]) for s in splits)
     small = tuple(
         TreeDataset(s.features.contiguous(), s.sentence_lengths, s.heads, s.punct) for s in small
     )
     settings = _tree(FAST, max_epochs=4, patience=1, lr_decay=0.5)
-    settings = dataclasses.replace(settings, layer_norm=True, l2_lambda=1e-3)
+    settings = dataclasses.replace(settings, layer_norm=True, l2_lambda=1e-3, precision=precision)
     modes = ["layer1", "mean", "scalar_mix", "concat"]
     together = _train(small, kind, modes, (1, 2), settings=settings)
     for result in together:
@@ -414,6 +416,21 @@ def test_heads_trained_together_equal_each_trained_alone(
         for mine, theirs in zip(result.history, alone.history, strict=True):
             assert mine.train_loss == pytest.approx(theirs.train_loss, rel=1e-5)
             assert mine.dev_loss == pytest.approx(theirs.dev_loss, rel=1e-5)
+
+
+@pytest.mark.parametrize(("kind", "threshold"), [("arc", 0.85), ("structural", 0.75)])
+def test_bf16_mixed_tree_probes_learn_as_float32_ones_do(
+    splits: tuple[TreeDataset, ...], kind: str, threshold: float
+) -> None:
+    """bf16-mixed: the bilinear and projection products in bf16, scores and distances in float32;
+    the losses differ from float32's in their low digits and the probes find the trees."""
+    modes = ["layer1", "concat"]
+    exact = _train(splits, kind, modes)
+    bf16 = _train(splits, kind, modes, settings=dataclasses.replace(FAST, precision="bf16-mixed"))
+    for ours, theirs in zip(bf16, exact, strict=True):
+        assert ours.test > threshold and theirs.test > threshold
+        assert ours.history[0].train_loss == pytest.approx(theirs.history[0].train_loss, rel=0.02)
+    assert [r.history[0].train_loss for r in bf16] != [r.history[0].train_loss for r in exact]
 
 
 @pytest.mark.parametrize("kind", ["arc", "structural"])

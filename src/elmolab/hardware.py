@@ -1,10 +1,10 @@
 """What this machine is: the CPU model and whether it runs bf16 natively, decided at run time.
 
-``trainer.precision: auto`` resolves here: bf16-mixed on a GPU that supports bf16 and on a CPU
-with native bf16 instructions (AMX-bf16 or AVX512-BF16), float32 elsewhere. On a CPU without them
-PyTorch emulates bf16 and is many times slower than float32 (an AVX2-only CPU trained the default
-biLM 27x slower in bf16-mixed), so the choice is made by the flags of the running CPU, never by a
-setting that one machine happened to like.
+``trainer.precision: auto`` and ``probe.precision: auto`` resolve here: bf16-mixed on a GPU that
+supports bf16 and on a CPU with native bf16 instructions (AMX-bf16 or AVX512-BF16), float32
+elsewhere. On a CPU without them PyTorch emulates bf16 and is many times slower than float32 (an
+AVX2-only CPU trained the default biLM 27x slower in bf16-mixed), so the choice is made by the
+flags of the running CPU, never by a setting that one machine happened to like.
 """
 
 from __future__ import annotations
@@ -63,10 +63,13 @@ class PrecisionChoice:
         return {"chosen": self.precision, "requested": self.requested, "reason": self.reason}
 
 
-def choose_precision(requested: str, accelerator: str) -> PrecisionChoice:
-    """Resolve ``trainer.precision``: anything but ``auto`` is kept as the config says."""
+def choose_precision(
+    requested: str, accelerator: str, key: str = "trainer.precision"
+) -> PrecisionChoice:
+    """Resolve a precision setting (``key``, e.g. ``trainer.precision``): anything but ``auto`` is
+    kept as the config says."""
     if requested != "auto":
-        return PrecisionChoice(requested, "set in the config (trainer.precision)", requested)
+        return PrecisionChoice(requested, f"set in the config ({key})", requested)
     on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
     if on_gpu:
         if torch.cuda.is_available() and torch.cuda.is_bf16_supported():

@@ -15,7 +15,7 @@ mode and seed of it together (:mod:`elmolab.probing.engine`). Results, under
     <cell>/<features>/<encoder>/test_predictions.txt            wsd: "instance_id sense_key source"
 
 ``metrics.json`` holds ``task, features, encoder, seed, train_fraction, metric, dev, test,
-best_epoch, epochs, hit_epoch_cap, mix_weights, gamma, wall_seconds, n_train_tokens,
+best_epoch, epochs, hit_epoch_cap, mix_weights, gamma, wall_seconds, precision, n_train_tokens,
 n_dev_tokens, n_test_tokens, n_train_sentences, per_sentence_test`` (per-sentence correct/total
 test counts for counted metrics, else null), the epoch ``history`` and the kind's further scores
 (``dev_dspr``/``test_dspr``, ``dev_untyped_f1``/``test_untyped_f1``; a task measuring information,
@@ -65,6 +65,7 @@ from elmolab.probing.engine import (
     ProbeResult,
     ProbeSettings,
     online_code_block,
+    probe_precision,
     train_heads,
 )
 from elmolab.probing.metrics import TaskMetric
@@ -150,6 +151,10 @@ def run_cell(
     torch.set_num_threads(settings.num_threads)
     torch.set_flush_denormal(True)
     kind = TaskKind(task.kind)
+    if kind is not TaskKind.WSD:
+        precision = probe_precision(settings)
+        log.info("probe precision %s: %s", precision.precision, precision.reason)
+        settings = dataclasses.replace(settings, precision=precision.precision)
     with atomic_dir(cell_dir) as tmp:
         if kind is TaskKind.WSD:
             results = _wsd_cell(task, modes, data, settings, tmp, start_run)
@@ -228,7 +233,7 @@ def _probe_cell(
                 "encoder": job.encoder,
                 "seed": result.seed,
             }
-            metrics = _probe_metrics(fields, job.fraction, result, counts)
+            metrics = _probe_metrics(fields, job.fraction, result, counts, settings.precision)
             _write_run(out, metrics, result, settings)
             with start_run({**fields, "train_fraction": job.fraction}) as run:
                 _track(run, metrics, result)
@@ -597,7 +602,11 @@ def _run_jobs(jobs: list[Callable[[], Any]], workers: int) -> list[Any]:
 
 
 def _probe_metrics(
-    fields: dict[str, Any], fraction: float, result: ProbeResult, counts: dict[str, int]
+    fields: dict[str, Any],
+    fraction: float,
+    result: ProbeResult,
+    counts: dict[str, int],
+    precision: str,
 ) -> dict[str, Any]:
     counted = result.metric in COUNTED_METRICS
     return {
@@ -612,6 +621,7 @@ def _probe_metrics(
         "mix_weights": result.mix_weights,
         "gamma": result.gamma,
         "wall_seconds": round(result.wall_seconds, 3),
+        "precision": precision,
         **counts,
         **result.extra,
         "per_sentence_test": result.per_sentence_test if counted else None,
