@@ -201,7 +201,7 @@ def main() -> None:
         print(f"probe.precision {precision}: {chosen.precision} ({chosen.reason})")
         seconds = predict_stage(args, cfg, settings, one, catalog, modes, records, startup)
         totals[precision] = seconds
-        print(f"predicted probe stage ({chosen.precision}): {totals[precision] / 60:.1f} min")
+        print(f"predicted probe stage ({chosen.precision}): {seconds / 60:.1f} min")
     if len(totals) > 1:
         first, *rest = args.precision
         for other in rest:

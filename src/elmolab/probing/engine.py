@@ -326,7 +326,7 @@ class HeadLinear(nn.Module):
 
     The input may come as blocks (its columns in pieces, e.g. each layer of a concatenation),
     joined for one product: one large product and its one weight gradient run faster than a
-    product per block (bench/probe.py: a deplabel step 37 -> 30 ms in bf16)."""
+    product per block."""
 
     def __init__(self, generators: Sequence[torch.Generator], d_in: int, d_out: int) -> None:
         super().__init__()
@@ -337,9 +337,6 @@ class HeadLinear(nn.Module):
     def forward(self, x: Blocks, heads: torch.Tensor) -> torch.Tensor:
         blocks = [x] if isinstance(x, torch.Tensor) else list(x)
         weight, bias = _take(self.weight, heads), _take(self.bias, heads)
-        if torch.is_autocast_enabled("cpu"):  # cast once, not each block's slice
-            dtype = torch.get_autocast_dtype("cpu")
-            weight, bias = weight.to(dtype), bias.to(dtype)
         if sum(block.shape[-1] for block in blocks) != weight.shape[-1]:
             raise ValueError(f"inputs of width {weight.shape[-1]} expected")
         x = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=-1)
@@ -522,9 +519,9 @@ class HeadProbes(nn.Module):
             raise ValueError("no heads to train")
         self.heads = list(heads)
         self.layer_norm = settings.layer_norm
-        self.bf16 = probe_precision(settings).precision == "bf16-mixed"
         # the features' type in the probes: bf16-mixed rounds them once, as it would each product
-        self.dtype = torch.bfloat16 if self.bf16 else torch.float32
+        bf16 = probe_precision(settings).precision == "bf16-mixed"
+        self.dtype = torch.bfloat16 if bf16 else torch.float32
         self.seeds = sorted({head.seed for head in heads})
         self.seed_group = torch.tensor([self.seeds.index(head.seed) for head in heads])
         self.parts = nn.ModuleList()
@@ -554,7 +551,7 @@ class HeadProbes(nn.Module):
         """The region of a step or an evaluation: with bf16-mixed, the features and the probes'
         matrix products in bf16 (parameters, optimizer state, logits, distances and losses in
         float32)."""
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16)
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.dtype == torch.bfloat16)
 
     def parameter_groups(self, schedule: Schedule) -> list[ParamGroup]:
         """Each parameter, its learning rate, weight decay and rows' heads (:class:`HeadAdam`)."""
@@ -1186,16 +1183,16 @@ class ArcProbes(_TreeProbes):
 
     def _batch_losses(self, part, mixed, batch, number, local) -> tuple[torch.Tensor, int]:
         scores = self._scores(part, mixed, batch, local)  # (h, b, n, 1 + n)
-        losses = self._word_losses(scores, self.splits["train"], batch)  # (h, b * n)
+        gold = _slot_heads(self.splits["train"], batch)
+        losses = self._word_losses(scores, gold)  # (h, b * n)
         words = int(batch.mask.sum())
         return losses.sum(dim=1) / words, words
 
     @staticmethod
-    def _word_losses(scores: torch.Tensor, split: TreeDataset, batch: SentenceBatch):
-        """Each slot's cross-entropy with its word's gold head ``(h, b * n)``, 0 at padding (the
-        padded slots are left out by the loss, not cut out of the scores first: no copy of the
-        scores and its scatter back in the backward pass)."""
-        gold = torch.where(batch.mask, split.heads[batch.tokens], PADDING_LABEL).flatten()
+    def _word_losses(scores: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+        """Each slot's cross-entropy with its gold head (``gold``, :func:`_slot_heads`)
+        ``(h, b * n)``, 0 at padding (the padded slots are left out by the loss, not cut out of
+        the scores first: no copy of the scores and its scatter back in the backward pass)."""
         flat = scores.flatten(1, 2)  # (h, b * n, 1 + n)
         return F.cross_entropy(
             flat.transpose(1, 2),
@@ -1211,6 +1208,7 @@ class ArcProbes(_TreeProbes):
         loss_sum = torch.zeros(heads, dtype=torch.float64)
         for _, batch, layers in self._batches(role):
             words = batch.tokens[batch.mask]  # (words,)
+            gold = _slot_heads(split, batch)
             for part in self.parts:
                 local, numbers = self.members(part, active)
                 if not len(local):
@@ -1219,7 +1217,7 @@ class ArcProbes(_TreeProbes):
                 scores = self._scores(part, mixed, batch, local)  # (h, b, n, 1 + n)
                 best = scores.argmax(dim=-1)[:, batch.mask]  # (h, words)
                 predicted[numbers[:, None], words[None, :]] = best
-                losses = self._word_losses(scores, split, batch)
+                losses = self._word_losses(scores, gold)
                 loss_sum[numbers] += losses.sum(dim=1).double()
         correct = (predicted == split.heads).double()  # (heads, tokens)
         scores = torch.where(active, correct.mean(dim=1), float("nan"))
@@ -1253,6 +1251,11 @@ class ArcProbes(_TreeProbes):
                 )
             )
         return results
+
+
+def _slot_heads(split: TreeDataset, batch: SentenceBatch) -> torch.Tensor:
+    """Each slot's gold head ``(b * n,)``, ``PADDING_LABEL`` at padding."""
+    return torch.where(batch.mask, split.heads[batch.tokens], PADDING_LABEL).flatten()
 
 
 class StructuralProbes(_TreeProbes):
