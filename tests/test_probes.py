@@ -19,6 +19,7 @@ from elmolab.probing import (
     ProbeResult,
     train_heads,
 )
+from elmolab.probing.engine import TokenProbes
 
 LABELS = ["ADJ", "NOUN", "VERB"]
 FAST = dataclasses.replace(
@@ -154,6 +155,41 @@ def test_heads_trained_together_equal_each_trained_alone(
             assert mine.dev_loss == pytest.approx(theirs.dev_loss, rel=1e-5)
         if result.mix_weights is not None:
             assert result.mix_weights == pytest.approx(alone.mix_weights, rel=1e-5)
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+@pytest.mark.parametrize("kind", ["linear", "mlp"])
+def test_folded_token_heads_equal_mixing_then_classifying(kind: str, layer_norm: bool) -> None:
+    """Token probes fold each head's first map onto the layers side by side, so that the heads
+    reading one minibatch share one product: their logits are those of the reference computation,
+    each head's input mixed (``HeadProbes.inputs``) and then classified, for every kind of input
+    (a layer, the mean, a learned mix, a concatenation, layer 0 beside a mix)."""
+    train, dev, test = (_split(n, seed)[0] for n, seed in ((40, 0), (10, 1), (10, 2)))
+    settings = dataclasses.replace(FAST, kind=kind, hidden_dim=8, layer_norm=layer_norm)
+    modes = ["layer0", "layer1", "layer2", "mean", "scalar_mix", "concat"]
+    heads = [Head(FeatureMode(mode), seed) for mode in modes for seed in (1, 2)]
+    heads += [Head(FeatureMode(mode), 1, baseline=True) for mode in ("layer2", "scalar_mix")]
+    splits = {"train": train, "dev": dev, "test": test}
+    probes = TokenProbes(heads, splits, LabelVocabulary(LABELS), "accuracy", settings)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # learned mixes away from their uniform start
+        for part in probes.parts:
+            if part.mix is not None:
+                part.mix.w.normal_(generator=generator)
+                part.mix.gamma.uniform_(0.5, 2.0, generator=generator)
+    probes.eval()
+    batches = [torch.arange(0, 24), torch.arange(200, 224)]  # a minibatch per seed
+    active = torch.ones(len(heads), dtype=torch.bool)
+    active[3] = False  # a stopped head
+    folded = probes._part_logits("train", batches, probes.seed_group, active)
+    assert sorted(int(n) for *_, numbers, _ in folded for n in numbers) == [
+        h for h in range(len(heads)) if h != 3
+    ]
+    x = train.features[:, torch.cat(batches)].view(3, 2, 24, -1)  # (layers, G, N, dim)
+    for part, local, numbers, logits in folded:
+        groups = probes.seed_group[numbers]
+        reference = part.probe(probes.inputs(part, x, groups, local), local)
+        torch.testing.assert_close(logits, reference, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("pair", [False, True])

@@ -1,4 +1,5 @@
-"""ScalarMix and the feature modes against independent numpy computations."""
+"""The scalar mixes (HeadMix, frozen modes) and the layer norm against independent numpy
+computations."""
 
 import numpy as np
 import pytest
@@ -7,10 +8,13 @@ import torch
 from elmolab.errors import ElmolabError
 from elmolab.models.scalar_mix import (
     FeatureMode,
-    LayerConcat,
-    ScalarMix,
-    build_feature_mixer,
+    HeadMix,
+    frozen_weights,
+    mix_layers,
+    normalize_layers,
 )
+
+MODES = [FeatureMode(mode) for mode in ("layer0", "layer1", "layer2", "mean", "scalar_mix")]
 
 
 def _layers(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -31,110 +35,119 @@ def _numpy_layer_norm(layers: np.ndarray, mask: np.ndarray, eps: float = 1e-12) 
     return np.stack(normed)
 
 
-def _set(mix: ScalarMix, w: list[float], gamma: float) -> None:
-    assert mix.w is not None
+def _learned(w: list[float], gamma: float, l2_lambda: float = 0.0) -> HeadMix:
+    """One head with a learned mix, set to ``w`` and ``gamma``."""
+    mix = HeadMix([FeatureMode.SCALAR_MIX], 3, l2_lambda)
     with torch.no_grad():
-        mix.w.copy_(torch.tensor(w))
+        mix.w.copy_(torch.tensor([w]))
         mix.gamma.fill_(gamma)
+    return mix
 
 
-def test_initial_mix_is_the_uniform_average() -> None:
+def _mix(mix: HeadMix, layers: torch.Tensor) -> torch.Tensor:
+    """Every head of ``mix`` on ``layers`` ``(num_layers, *N, dim)`` -> ``(heads, *N, dim)``."""
+    heads = torch.arange(len(mix.learned))
+    return mix(layers[:, None], torch.zeros_like(heads), heads)
+
+
+def test_a_learned_mix_starts_as_the_uniform_average() -> None:
     layers = _layers(3, 5, 4)
-    mix = ScalarMix(3)
-    assert mix.weights() == pytest.approx([1 / 3] * 3)
-    assert mix.gamma_value() == 1.0
-    np.testing.assert_allclose(mix(layers).detach().numpy(), layers.numpy().mean(0), atol=1e-6)
+    mix = HeadMix([FeatureMode.SCALAR_MIX], 3, 0.0)
+    assert mix.summary(0) == (pytest.approx([1 / 3] * 3), 1.0)
+    np.testing.assert_allclose(_mix(mix, layers)[0].detach(), layers.mean(0), atol=1e-6)
 
 
-def test_mix_matches_numpy_on_padded_batches() -> None:
+def test_learned_mix_matches_numpy_on_padded_batches() -> None:
     layers = _layers(3, 2, 6, 4)  # (layers, batch, time, dim)
-    mix = ScalarMix(3)
-    _set(mix, [0.3, -1.2, 2.0], 1.7)
+    mix = _learned([0.3, -1.2, 2.0], 1.7)
     expected = _numpy_mix(layers.numpy().astype(np.float64), np.array([0.3, -1.2, 2.0]), 1.7)
-    np.testing.assert_allclose(mix(layers).detach().numpy(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_mix(mix, layers)[0].detach(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_each_head_reads_its_own_minibatch() -> None:
+    layers = _layers(3, 2, 5, 4)  # (layers, G, N, dim): a minibatch per group
+    mix = HeadMix(MODES, 3, 0.0)
+    groups = torch.tensor([1, 0, 1, 0, 1])
+    mixed = mix(layers, groups, torch.arange(5)).detach()  # (heads, N, dim)
+    for h in range(3):  # layer h of head h's minibatch
+        assert torch.equal(mixed[h], layers[h, groups[h]])
+    np.testing.assert_allclose(mixed[3], layers[:, 0].mean(0), atol=1e-6)
+    np.testing.assert_allclose(mixed[4], layers[:, 1].mean(0), atol=1e-6)
 
 
 def test_layer_norm_with_mask_matches_numpy() -> None:
     layers = 3.0 + 2.0 * _layers(3, 2, 5, 4)  # (layers, batch, time, dim)
     mask = torch.tensor([[True] * 5, [True, True, False, False, False]])
     layers[:, 1, 2:] = 100.0  # padding must not move the statistics
-    mix = ScalarMix(3, layer_norm=True)
-    _set(mix, [0.5, 0.0, -0.5], 0.8)
-    normed = _numpy_layer_norm(layers.numpy(), mask.numpy())
-    expected = _numpy_mix(normed, np.array([0.5, 0.0, -0.5]), 0.8)
-    got = mix(layers, mask).detach().numpy()
-    np.testing.assert_allclose(got[mask.numpy()], expected[mask.numpy()], rtol=1e-5, atol=1e-5)
+    # The statistics are per layer and minibatch: here the whole batch is one minibatch.
+    normed = normalize_layers(layers[:, None], mask[None])[:, 0]
+    expected = _numpy_layer_norm(layers.numpy(), mask.numpy())
+    np.testing.assert_allclose(normed[:, mask], expected[:, mask.numpy()], rtol=1e-5, atol=1e-5)
 
 
 def test_layer_norm_without_mask_uses_every_position() -> None:
     layers = _layers(3, 7, 4)  # (layers, tokens, dim)
-    mix = ScalarMix(3, trainable=False, layer_norm=True)
-    normed = _numpy_layer_norm(layers.numpy(), np.ones(7, dtype=bool))
-    np.testing.assert_allclose(mix(layers).numpy(), normed.mean(0), rtol=1e-5, atol=1e-5)
+    normed = normalize_layers(layers[:, None], None)[:, 0]
+    expected = _numpy_layer_norm(layers.numpy(), np.ones(7, dtype=bool))
+    np.testing.assert_allclose(normed, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_gradients_reach_w_and_gamma_and_match_numpy() -> None:
     layers = _layers(3, 6, 4)
     upstream = _layers(6, 4, seed=1)
     w, gamma = np.array([0.2, -0.4, 1.0]), 1.3
-    mix = ScalarMix(3)
-    _set(mix, w.tolist(), gamma)
-    (mix(layers) * upstream).sum().backward()
+    mix = _learned(w.tolist(), gamma)
+    (_mix(mix, layers)[0] * upstream).sum().backward()
     # d/dw_k sum(g * mix) = gamma * s_k * (a_k - sum_j s_j a_j) with a_j = sum(g * h_j)
     s = np.exp(w) / np.exp(w).sum()
     a = (layers.numpy().astype(np.float64) * upstream.numpy()).sum(axis=(1, 2))
-    assert mix.w is not None and mix.w.grad is not None and mix.gamma.grad is not None
-    np.testing.assert_allclose(mix.w.grad.numpy(), gamma * s * (a - s @ a), rtol=1e-4)
-    np.testing.assert_allclose(float(mix.gamma.grad), s @ a, rtol=1e-4)
+    assert mix.w.grad is not None and mix.gamma.grad is not None
+    np.testing.assert_allclose(mix.w.grad[0].numpy(), gamma * s * (a - s @ a), rtol=1e-4)
+    np.testing.assert_allclose(float(mix.gamma.grad[0]), s @ a, rtol=1e-4)
+
+
+def test_frozen_heads_get_no_gradient() -> None:
+    mix = HeadMix(MODES[:4], 3, 0.5)
+    assert not _mix(mix, _layers(3, 6, 4)).requires_grad
+    assert mix.penalty(torch.arange(4)).tolist() == [0.0] * 4
 
 
 def test_frozen_one_hot_mix_is_exactly_the_layer() -> None:
     layers = _layers(3, 9, 8) * 1e3
-    for j, mode in enumerate(("layer0", "layer1", "layer2")):
-        mixer = build_feature_mixer(mode)
-        assert isinstance(mixer, ScalarMix)
-        assert not list(mixer.parameters())
-        assert torch.equal(mixer(layers), layers[j])
-        assert mixer.weights() == [float(i == j) for i in range(3)]
+    mix = HeadMix(MODES[:3], 3, 0.0)
+    mixed = _mix(mix, layers)
+    for j, mode in enumerate(MODES[:3]):
+        assert torch.equal(mix_layers(layers, mode), layers[j])
+        assert torch.equal(mixed[j], layers[j])
+        assert frozen_weights(mode, 3).tolist() == [float(i == j) for i in range(3)]
+        assert mix.summary(j) == ([float(i == j) for i in range(3)], 1.0)
 
 
 def test_mean_mode_is_frozen_uniform() -> None:
     layers = _layers(3, 4, 5)
-    mixer = build_feature_mixer("mean")
-    assert isinstance(mixer, ScalarMix) and mixer.precomputable
-    np.testing.assert_allclose(mixer(layers).numpy(), layers.numpy().mean(0), atol=1e-6)
+    np.testing.assert_allclose(mix_layers(layers, "mean"), layers.numpy().mean(0), atol=1e-6)
+    assert frozen_weights("mean", 4).tolist() == [0.25] * 4
 
 
-def test_regularization_is_l2_on_w_and_zero_when_frozen() -> None:
-    mix = ScalarMix(3, l2_lambda=0.1)
-    _set(mix, [1.0, -2.0, 0.5], 1.0)
-    assert mix.regularization().item() == pytest.approx(0.1 * (1 + 4 + 0.25))
-    assert float(ScalarMix(3, trainable=False).regularization()) == 0.0
+def test_penalty_is_l2_on_w_of_learned_mixes() -> None:
+    mix = _learned([1.0, -2.0, 0.5], 1.0, l2_lambda=0.1)
+    assert mix.penalty(torch.tensor([0])).item() == pytest.approx(0.1 * (1 + 4 + 0.25))
 
 
 def test_concat_stacks_layers_side_by_side() -> None:
     layers = _layers(3, 2, 5, 4)
-    concat = build_feature_mixer("concat")
-    assert isinstance(concat, LayerConcat) and concat.output_dim(4) == 12
     expected = np.concatenate(list(layers.numpy()), axis=-1)  # (batch, time, 3 * dim)
-    assert np.array_equal(concat(layers).numpy(), expected)
+    assert np.array_equal(mix_layers(layers, "concat").numpy(), expected)
 
 
-def test_only_the_learned_mode_trains() -> None:
-    learned = build_feature_mixer(FeatureMode.SCALAR_MIX, l2_lambda=0.01)
-    assert sum(p.numel() for p in learned.parameters()) == 4  # w and gamma
-    assert not learned.precomputable
-    assert not build_feature_mixer("layer1", layer_norm=True).precomputable
-
-
-def test_bad_modes_and_weights_are_rejected() -> None:
+def test_bad_modes_are_rejected() -> None:
     with pytest.raises(ElmolabError, match="unknown feature mode 'layer3'"):
         FeatureMode.parse("layer3")
     with pytest.raises(ElmolabError, match="needs at least 3 layers"):
-        build_feature_mixer("layer2", num_layers=2)
-    with pytest.raises(ValueError, match="sum to 1"):
-        ScalarMix(3, trainable=False, fixed_weights=[0.5, 0.0, 0.0])
-    with pytest.raises(ValueError, match="only meaningful"):
-        ScalarMix(3, fixed_weights=[1.0, 0.0, 0.0])
-    with pytest.raises(ValueError, match="expected 3 layers on axis 0"):
-        ScalarMix(3)(_layers(2, 4, 5))
+        mix_layers(_layers(2, 4, 5), "layer2")
+    with pytest.raises(ElmolabError, match="needs at least 3 layers"):
+        HeadMix([FeatureMode.LAYER2], 2, 0.0)
+    with pytest.raises(ElmolabError, match="only trained with a probe"):
+        mix_layers(_layers(3, 4, 5), "scalar_mix")
+    with pytest.raises(ValueError, match="no fixed weights"):
+        frozen_weights("concat", 3)

@@ -4,12 +4,14 @@ A *head* is one probe run: a feature mode and a seed. For one task, one encoder 
 set, every head reads the same frozen features, so one model holds them all: each step gathers the
 features of the step's tokens once (one minibatch per seed: a seed fixes its head's initialisation
 and the order it visits the training data), every head mixes them with its own mix and classifies
-them with its own parameters, stacked along a leading head axis (``bmm``), and the loss is the sum
-of the heads' losses. Nothing couples two heads: a head's gradient is that of its own loss, the
-optimizer (:class:`HeadAdam`) works element by element with a learning rate per head, and each head
-draws its initialisation and dropout from a generator of its own. A head thus trains exactly as it
-would alone, up to rounding (``tests/test_probes.py`` and ``tests/test_trees.py`` check it), at a
-fraction of the per-step overhead of separate runs.
+them with its own parameters, stacked along a leading head axis (``bmm``; token heads instead fold
+their first map onto the layers side by side and share one product per minibatch, see
+:meth:`TokenProbes._folded_logits`), and the loss is the sum of the heads' losses. Nothing
+couples two heads: a head's gradient is that of its own loss, the optimizer (:class:`HeadAdam`)
+works element by element with a learning rate per head, and each head draws its initialisation
+and dropout from a generator of its own. A head thus trains exactly as it would alone, up to
+rounding (``tests/test_probes.py`` and ``tests/test_trees.py`` check it), at a fraction of the
+per-step overhead of separate runs.
 
 Every trained probe kind runs through :func:`fit_heads`, one loop with one early-stopping rule:
 
@@ -53,7 +55,7 @@ from torch.nn import functional as F
 from elmolab.errors import ElmolabError
 from elmolab.hardware import PrecisionChoice, choose_precision
 from elmolab.io.results import conditional_features
-from elmolab.models.scalar_mix import FeatureMode
+from elmolab.models.scalar_mix import FeatureMode, HeadMix, normalize_layers
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
 from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score
 from elmolab.probing.trees import GoldTrees, SentenceBatch, plan_batches, tree_distances
@@ -342,6 +344,22 @@ class HeadLinear(nn.Module):
         x = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=-1)
         return torch.baddbmm(bias[:, None, :], x, weight.transpose(1, 2))  # (h, N, d_out)
 
+    def folded(
+        self, layers: torch.Tensor, heads: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The heads' maps as maps of the layers side by side, for inputs that are mixes of the
+        layers: ``layers`` ``(h, blocks, num_layers)`` holds each input block's weights of the
+        layers (one-hot for a layer, the identity for a concatenation). Returns the weight
+        ``(h, d_out, num_layers * dim)`` and bias ``(h, d_out)`` with
+        ``W [mix_1; ...; mix_blocks] = W_folded [layer_0; ...; layer_L-1]``, in float32."""
+        weight, bias = _take(self.weight, heads), _take(self.bias, heads)
+        h, d_out, width = weight.shape
+        blocks = layers.shape[1]
+        with _float32():
+            by_block = weight.view(h, d_out, blocks, width // blocks)
+            folded = torch.einsum("hobd,hbl->hold", by_block, layers.float())
+        return folded.reshape(h, d_out, -1), bias
+
 
 class HeadClassifier(nn.Module):
     """Per head a linear probe, or an MLP (one hidden layer, ReLU, dropout drawn from the head's
@@ -365,9 +383,18 @@ class HeadClassifier(nn.Module):
             d_in = hidden_dim
         self.output = HeadLinear(generators, d_in, labels)
 
+    @property
+    def first(self) -> HeadLinear:
+        """The map applied to the input (the hidden layer of an MLP, else the output layer)."""
+        return self.output if self.hidden is None else self.hidden
+
     def forward(self, x: Blocks, heads: torch.Tensor) -> torch.Tensor:
+        return self.rest(self.first(x, heads), heads)
+
+    def rest(self, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+        """The classifier after its first map, from that map's output ``(h, N, d)``."""
         if self.hidden is not None:
-            x = torch.relu(self.hidden(x, heads))  # (h, N, hidden)
+            x = torch.relu(x)  # (h, N, hidden)
             if self.training and self.dropout > 0:
                 keep = 1 - self.dropout
                 masks = [
@@ -375,83 +402,8 @@ class HeadClassifier(nn.Module):
                     for h in heads.tolist()
                 ]
                 x = x * torch.stack(masks) / keep
-        return self.output(x, heads)
-
-
-class HeadMix(nn.Module):
-    """The scalar mixes of heads: ``gamma_h * sum_j s_hj h_j``, ``s_h = softmax(w_h)`` for a learned
-    mix (``w = 0``, ``gamma = 1`` at the start), else fixed (one-hot for a layer, uniform for
-    ``mean``; ``gamma`` 1). Frozen heads get no gradient."""
-
-    def __init__(self, modes: Sequence[FeatureMode], num_layers: int, l2_lambda: float) -> None:
-        super().__init__()
-        fixed = torch.zeros(len(modes), num_layers)
-        for h, mode in enumerate(modes):
-            if mode is FeatureMode.MEAN:
-                fixed[h] = 1.0 / num_layers
-            elif mode is not FeatureMode.SCALAR_MIX:
-                layer = int(mode.value.removeprefix("layer"))
-                if layer >= num_layers:
-                    raise ElmolabError(f"feature mode {mode.value!r} needs {layer + 1} layers")
-                fixed[h, layer] = 1.0
-        self.register_buffer("fixed", fixed)
-        self.register_buffer("learned", torch.tensor([m is FeatureMode.SCALAR_MIX for m in modes]))
-        self.w = nn.Parameter(torch.zeros(len(modes), num_layers))
-        self.gamma = nn.Parameter(torch.ones(len(modes)))
-        self.l2_lambda = l2_lambda
-
-    def weights(self, heads: torch.Tensor) -> torch.Tensor:
-        """``gamma_h * s_h``: ``(h, num_layers)``."""
-        learned = self.learned[heads, None]
-        s = torch.where(learned, torch.softmax(self.w[heads], dim=-1), self.fixed[heads])
-        gamma = torch.where(learned[:, 0], self.gamma[heads], torch.ones(()))
-        return gamma[:, None] * s
-
-    def penalty(self, heads: torch.Tensor) -> torch.Tensor:
-        """``l2_lambda * |w_h|^2`` for learned mixes, else 0: ``(h,)``."""
-        squares = (self.w[heads] ** 2).sum(dim=-1) * self.learned[heads]
-        return self.l2_lambda * squares
-
-    def forward(self, x: torch.Tensor, groups: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
-        """``x``: ``(num_layers, G, *N, dim)``, minibatch ``g`` for heads of group ``g``;
-        ``groups`` ``(h,)`` each head's minibatch -> ``(h, *N, dim)``.
-
-        Every mix, fixed or learned, is one matrix product over the (layer, minibatch) pairs: a
-        weight per head and pair, zero where the head does not read the minibatch (a one-hot mix
-        reads its layer exactly, in float32 and in bf16)."""
-        layers, group_count = x.shape[:2]
-        # (h, layers); only learned mixes put a graph behind the product
-        s = self.weights(heads) if bool(self.learned[heads].any()) else self.fixed[heads]
-        select = F.one_hot(groups, group_count).to(s.dtype)  # (h, G)
-        m = (s[:, :, None] * select[:, None, :]).reshape(len(heads), layers * group_count)
-        return (m @ x.reshape(layers * group_count, -1)).view(len(heads), *x.shape[2:])
-
-    def summary(self, head: int) -> tuple[list[float], float]:
-        """The normalized weights and gamma of one head, as plain numbers."""
-        with torch.no_grad():
-            index = torch.tensor([head])
-            learned = bool(self.learned[head])
-            s = torch.softmax(self.w[index], -1) if learned else self.fixed[index]
-            gamma = float(self.gamma[head]) if learned else 1.0
-        return s[0].tolist(), gamma
-
-
-def _layer_norm(x: torch.Tensor, mask: torch.Tensor | None, eps: float = 1e-12) -> torch.Tensor:
-    """Each layer of each minibatch normalized over its unmasked elements (as ``ScalarMix``):
-    ``x`` ``(num_layers, G, *N, dim)``, ``mask`` ``(G, *N)`` bool or None."""
-    axes = tuple(range(2, x.dim()))
-    x = x.float()
-    if mask is None:
-        mean = x.mean(dim=axes, keepdim=True)
-        centered = x - mean
-        variance = (centered**2).mean(dim=axes, keepdim=True)
-    else:
-        keep = mask[None, ..., None].to(x.dtype)  # (1, G, *N, 1)
-        count = keep.sum(dim=axes, keepdim=True) * x.shape[-1]
-        mean = (x * keep).sum(dim=axes, keepdim=True) / count
-        centered = x - mean
-        variance = ((centered * keep) ** 2).sum(dim=axes, keepdim=True) / count
-    return centered / torch.sqrt(variance + eps)
+            x = self.output(x, heads)
+        return x
 
 
 class _Root(nn.Module):
@@ -518,6 +470,7 @@ class HeadProbes(nn.Module):
         if not heads:
             raise ValueError("no heads to train")
         self.heads = list(heads)
+        self.num_layers = num_layers
         self.layer_norm = settings.layer_norm
         # the features' type in the probes: bf16-mixed rounds them once, as it would each product
         bf16 = probe_precision(settings).precision == "bf16-mixed"
@@ -586,9 +539,21 @@ class HeadProbes(nn.Module):
         if part.mix is None:
             return [_take(layer, groups) for layer in x]
         if self.layer_norm:
-            x = _layer_norm(x, mask)
+            x = normalize_layers(x, mask)
         mixed = part.mix(x, groups, local)
         return [_take(x[BASELINE_LAYER], groups), mixed] if part.baseline else [mixed]
+
+    def layer_coefficients(self, part: _Part, local: torch.Tensor) -> torch.Tensor:
+        """The heads' inputs as mixes of the layers: ``(h, blocks, num_layers)``, each input
+        block's weights of the layers (the blocks of :meth:`inputs`)."""
+        if part.mix is None:
+            return torch.eye(self.num_layers).expand(len(local), -1, -1)
+        s = part.mix.coefficients(local)  # (h, num_layers)
+        if not part.baseline:
+            return s[:, None, :]
+        baseline = torch.zeros_like(s)
+        baseline[:, BASELINE_LAYER] = 1.0
+        return torch.stack([baseline, s], dim=1)
 
     @staticmethod
     def penalty(part: _Part, local: torch.Tensor) -> torch.Tensor:
@@ -771,10 +736,12 @@ def epoch_order(
     tokens: int, batch_size: int, min_epoch_tokens: int, shuffle: torch.Generator
 ) -> list[torch.Tensor]:
     """One epoch's minibatches of token indices: shuffled passes over the ``tokens`` training
-    tokens until at least ``min_epoch_tokens`` are drawn (one pass when there are more)."""
+    tokens until at least ``min_epoch_tokens`` are drawn (one pass when there are more). Each
+    minibatch comes in ascending order, which its loss (a mean) does not see and which makes its
+    gather from the features read memory forward (twice as fast as in random order)."""
     passes = max(1, -(-min_epoch_tokens // max(tokens, 1)))
     order = torch.cat([torch.randperm(tokens, generator=shuffle) for _ in range(passes)])
-    return list(order.split(batch_size))
+    return [batch.sort().values for batch in order.split(batch_size)]
 
 
 class TokenProbes(HeadProbes):
@@ -811,20 +778,90 @@ class TokenProbes(HeadProbes):
         self.batch_size = settings.batch_size
         self.min_epoch_tokens = settings.min_epoch_tokens
         self.bits = bits
+        # Token probes read each token's layers side by side (:meth:`_folded_logits`), from one
+        # copy of each split in that layout and the probes' type: a minibatch's gather is then
+        # one contiguous row per token.
+        self.side_by_side = {}
+        if not self.pair:
+            for role, split in splits.items():
+                rows = torch.empty(len(split.labels), split.num_layers, split.dim, dtype=self.dtype)
+                rows.copy_(split.features.transpose(0, 1))
+                self.side_by_side[role] = rows.view(len(rows), -1)
 
     def epoch_steps(self, shuffles: Sequence[torch.Generator]) -> Iterator[list[torch.Tensor]]:
         tokens = len(self.splits["train"].labels)
         orders = [epoch_order(tokens, self.batch_size, self.min_epoch_tokens, g) for g in shuffles]
         return (list(step) for step in zip(*orders, strict=True))
 
-    def _gather(
-        self, split: FeatureDataset, batches: Sequence[torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Layers ``(num_layers, G, N, dim)`` float32 of the minibatches (dependents, then their
-        heads, for pairs) and, for pairs, whether each head is the root ``(G, B)``."""
+    def _part_logits(
+        self,
+        role: str,
+        batches: Sequence[torch.Tensor],
+        groups: torch.Tensor,
+        active: torch.Tensor,
+    ) -> list[tuple[_Part, torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """The ``active`` heads on minibatches ``batches`` of split ``role`` (head ``h`` reads
+        ``batches[groups[h]]``): per part with active heads, its heads' positions in the part and
+        numbers in the fit, and their logits ``(h, N, labels)``."""
         if not self.pair:
-            rows = torch.cat(list(batches))
-            return _rows(split.features, rows, len(batches), self.dtype), None
+            rows = self.side_by_side[role].index_select(0, torch.cat(list(batches)))
+            return self._folded_logits(rows.view(len(batches), -1, rows.shape[-1]), groups, active)
+        x, is_root = self._pair_rows(self.splits[role], batches)
+        outputs = []
+        for part in self.parts:
+            local, numbers = self.members(part, active)
+            if len(local):
+                logits = self._pair_logits(part, x, is_root, groups[numbers], local)
+                outputs.append((part, local, numbers, logits))
+        return outputs
+
+    def _folded_logits(
+        self, x: torch.Tensor, groups: torch.Tensor, active: torch.Tensor
+    ) -> list[tuple[_Part, torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Token probes on ``x`` ``(G, N, num_layers * dim)``, as :meth:`_part_logits`.
+
+        A token head's input is a mix of the layers (a concatenation: several), so its first map
+        folds onto the layers side by side (:meth:`HeadLinear.folded`), and every head reading
+        one minibatch takes one product together: one wide product, where mixing each head's
+        input and multiplying it alone took a dozen narrow ones and the copies between them."""
+        inputs = {False: x}
+        if self.layer_norm:  # the mixes read normalized layers, as ``inputs`` gives them
+            layers = x.view(*x.shape[:2], self.num_layers, -1).permute(2, 0, 1, 3)
+            normalized = normalize_layers(layers, None).permute(1, 2, 0, 3).reshape(x.shape)
+            inputs[True] = normalized.to(self.dtype)
+        members, weights, biases, keys = [], [], [], []
+        for part in self.parts:
+            local, numbers = self.members(part, active)
+            if not len(local):
+                continue
+            weight, bias = part.probe.first.folded(self.layer_coefficients(part, local), local)
+            members.append((part, local, numbers))
+            weights.append(weight)
+            biases.append(bias)
+            normalized = self.layer_norm and part.mix is not None
+            keys.append(groups[numbers] * 2 + int(normalized))
+        if not members:
+            return []
+        weight, bias, key = torch.cat(weights), torch.cat(biases), torch.cat(keys)
+        outputs, order = [], []
+        for k in key.unique().tolist():
+            index = torch.nonzero(key == k).flatten()
+            rows = inputs[bool(k % 2)][k // 2]  # (N, num_layers * dim)
+            product = torch.addmm(bias[index].flatten(), rows, weight[index].flatten(0, 1).t())
+            outputs.append(product.view(len(rows), len(index), -1).transpose(0, 1))  # (k, N, d)
+            order.append(index)
+        y = torch.cat(outputs).index_select(0, torch.argsort(torch.cat(order)))
+        pieces = y.split([len(local) for _, local, _ in members])
+        return [
+            (part, local, numbers, part.probe.rest(piece, local))
+            for (part, local, numbers), piece in zip(members, pieces, strict=True)
+        ]
+
+    def _pair_rows(
+        self, split: FeatureDataset, batches: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layers ``(num_layers, G, 2B, dim)`` of the minibatches' dependents, then their heads,
+        in the probes' type, and whether each head is the root ``(G, B)``."""
         assert split.heads is not None
         head_rows = [split.heads[batch] for batch in batches]
         rows = torch.cat(
@@ -832,19 +869,17 @@ class TokenProbes(HeadProbes):
         )
         return _rows(split.features, rows, len(batches), self.dtype), torch.stack(head_rows) < 0
 
-    def _logits(
+    def _pair_logits(
         self,
         part: _Part,
         x: torch.Tensor,
-        is_root: torch.Tensor | None,
+        is_root: torch.Tensor,
         groups: torch.Tensor,
         local: torch.Tensor,
     ) -> torch.Tensor:
         # The heads' inputs as blocks (h, N, d_k), e.g. a concatenation's layers.
         blocks = self.inputs(part, x, groups, local)
-        if not self.pair:
-            return part.probe(blocks, local)  # (h, B, labels)
-        assert is_root is not None and part.root is not None
+        assert part.root is not None
         # [dep; head; dep * head], each as wide as the heads' input
         deps, heads = zip(*(block.chunk(2, dim=1) for block in blocks), strict=True)
         roots = part.root.vector[local].to(blocks[0].dtype)
@@ -878,16 +913,12 @@ class TokenProbes(HeadProbes):
 
     def step_loss(self, step: list[torch.Tensor], active: torch.Tensor) -> StepLoss:
         train = self.splits["train"]
-        x, is_root = self._gather(train, step)
         labels = torch.stack([train.labels[batch] for batch in step])  # (G, B)
         total, pieces = torch.zeros(()), []
-        for part in self.parts:
-            local, numbers = self.members(part, active)
-            if not len(local):
-                continue
-            groups = self.seed_group[numbers]
-            logits = self._logits(part, x, is_root, groups, local).float()  # (h, B, labels)
-            losses = F.cross_entropy(logits.transpose(1, 2), labels[groups], reduction="none")
+        parts = self._part_logits("train", step, self.seed_group, active)
+        for part, local, numbers, logits in parts:
+            gold = labels[self.seed_group[numbers]]  # (h, B)
+            losses = F.cross_entropy(logits.float().transpose(1, 2), gold, reduction="none")
             losses = losses.mean(dim=1) + self.penalty(part, local)  # (h,)
             total = total + losses.sum()
             pieces.append((numbers, losses))
@@ -901,15 +932,11 @@ class TokenProbes(HeadProbes):
         predicted = torch.zeros(heads, len(split.labels), dtype=torch.long)
         loss_sum = torch.zeros(heads, dtype=torch.float64)
         token_losses = torch.zeros(heads, len(split.labels)) if item_losses else None
+        one_group = torch.zeros(heads, dtype=torch.long)  # every head reads the chunk
         for chunk in torch.arange(len(split.labels)).split(EVAL_TOKENS):
-            x, is_root = self._gather(split, [chunk])
             gold = split.labels[chunk]
-            for part in self.parts:
-                local, numbers = self.members(part, active)
-                if not len(local):
-                    continue
-                groups = torch.zeros(len(local), dtype=torch.long)
-                logits = self._logits(part, x, is_root, groups, local).float()  # (h, n, labels)
+            for _, _, numbers, logits in self._part_logits(role, [chunk], one_group, active):
+                logits = logits.float()  # (h, n, labels)
                 predicted[numbers, chunk[0] : chunk[-1] + 1] = logits.argmax(dim=-1)
                 losses = _token_losses(logits, gold, self.vocabulary)  # (h, n)
                 loss_sum[numbers] += losses.sum(dim=1).double()

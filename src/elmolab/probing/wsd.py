@@ -27,7 +27,7 @@ import torch
 from torch.nn import functional as F
 
 from elmolab.errors import ElmolabError
-from elmolab.models.scalar_mix import FeatureMode, build_feature_mixer
+from elmolab.models.scalar_mix import FeatureMode, mix_layers
 
 LemmaPos = tuple[str, str]
 CHUNK = 16384  # instances mixed at a time, to bound the float32 copies
@@ -39,10 +39,8 @@ def wsd_vectors(layers: torch.Tensor, mode: FeatureMode | str) -> torch.Tensor:
     mode = FeatureMode.parse(mode)
     if mode is FeatureMode.SCALAR_MIX:
         raise ElmolabError("WSD 1-NN trains nothing: the learned scalar_mix does not apply")
-    mixer = build_feature_mixer(mode, layers.shape[0])
-    with torch.no_grad():
-        chunks = layers.split(CHUNK, dim=1)  # (num_layers, <= CHUNK, dim) each
-        return torch.cat([mixer(chunk.float()) for chunk in chunks])  # (instances, D)
+    chunks = layers.split(CHUNK, dim=1)  # (num_layers, <= CHUNK, dim) each
+    return torch.cat([mix_layers(chunk.float(), mode) for chunk in chunks])  # (instances, D)
 
 
 @dataclass(frozen=True)
