@@ -26,14 +26,14 @@ import pytest
 import torch
 import yaml
 
+from elmolab.io.results import reproducible_results
+
 # Each test runs whole DVC pipelines (the queued-experiments test two of them, about 10 minutes on
 # a slow 2-core CPU): a hang is still caught, a slow machine is not failed for being slow.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = "experiment=smoke"
-# What differs between two runs of the same computation: timings and where files were.
-VOLATILE = {"wall_seconds", "tokens_per_second", "resumed", "seconds", "words_per_second"}
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -86,25 +86,8 @@ def _stages_run(proc: subprocess.CompletedProcess) -> list[str]:
 
 
 def _results(repo: Path) -> dict[str, Any]:
-    """Every metrics file of a finished pipeline, without timings: what must be reproducible."""
-    artifacts = repo / "artifacts"
-    files = [
-        artifacts / "bilm" / "metrics.json",
-        artifacts / "bilm_random" / "metrics.json",
-        *sorted((artifacts / "probes").rglob("metrics.json")),
-        *sorted((artifacts / "features").glob("*/*/extract.json")),
-    ]
-    return {
-        str(path.relative_to(artifacts)): _strip(json.loads(path.read_text())) for path in files
-    }
-
-
-def _strip(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _strip(v) for k, v in value.items() if k not in VOLATILE}
-    if isinstance(value, list):
-        return [_strip(v) for v in value]
-    return value
+    """Every result of a finished pipeline, without timings: what must be reproducible."""
+    return reproducible_results(repo / "artifacts")
 
 
 def _checkpoint_step(path: Path) -> int:

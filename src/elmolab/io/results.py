@@ -40,7 +40,9 @@ copied from an encoder with identical features, ``same_features_as``.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 METRICS_FILE = "metrics.json"
 PREDICTIONS_FILE = "test_predictions.txt"
@@ -99,3 +101,40 @@ def learning_curve_paths(probes_dir: Path) -> list[Path]:
 def online_code_paths(probes_dir: Path) -> list[Path]:
     """Every online code result under ``probes_dir``."""
     return sorted(probes_dir.glob(f"*/*/*/{SEED_PREFIX}*/{ONLINE_CODE_FILE}"))
+
+
+# Fields that record how long a computation took, or whether it resumed, not what it computed.
+TIMING_FIELDS = frozenset(
+    {"wall_seconds", "tokens_per_second", "resumed", "seconds", "words_per_second"}
+)
+
+
+def without_timings(value: Any) -> Any:
+    """A JSON value with every :data:`TIMING_FIELDS` key left out, at any depth."""
+    if isinstance(value, dict):
+        return {k: without_timings(v) for k, v in value.items() if k not in TIMING_FIELDS}
+    if isinstance(value, list):
+        return [without_timings(v) for v in value]
+    return value
+
+
+def reproducible_results(artifacts: Path) -> dict[str, Any]:
+    """What a finished pipeline under ``artifacts`` computed, by path: the biLM's and the random
+    control's metrics, every probe run's metrics and online code, every extraction record
+    (``extract.json``), without timings, and every test prediction file's text. Two runs of the
+    same code on the same data and machine must agree on all of it."""
+    probes = artifacts / "probes"
+    files = [
+        artifacts / "bilm" / METRICS_FILE,
+        artifacts / "bilm_random" / METRICS_FILE,
+        *sorted(probes.rglob(METRICS_FILE)),
+        *sorted(probes.rglob(ONLINE_CODE_FILE)),
+        *sorted((artifacts / "features").glob("*/*/extract.json")),
+    ]
+    results: dict[str, Any] = {
+        str(path.relative_to(artifacts)): without_timings(json.loads(path.read_text()))
+        for path in files
+    }
+    for path in sorted(probes.rglob(PREDICTIONS_FILE)):
+        results[str(path.relative_to(artifacts))] = path.read_text(encoding="utf-8")
+    return results
