@@ -3,7 +3,7 @@
 The stage runs, per task, *jobs* (``elmolab.probing.runner.plan_jobs``): an encoder and a training
 set (the full split, or a learning-curve share for token tasks, or the blocks before one of the
 online code's blocks for tasks with ``mdl``), each one fit of the probe engine with every feature
-mode and seed as heads (pair and tree tasks: a job per seed).
+mode and seed as heads (pair and tree tasks: a job per seed and part, the concatenation apart).
 For every task of the grid this measures, on one encoder's real features, one thread, as a worker
 runs them:
 
@@ -242,7 +242,14 @@ def predict_stage(args, cfg, settings, one, catalog, modes, records, startup: fl
         data = splits[args.encoder]
         twins = layer0_twins(settings, modes, task.datasets())
         jobs = plan_jobs(
-            kind, modes, grid.seeds, settings, twins, conditional=task.conditional, mdl=task.mdl
+            kind,
+            modes,
+            grid.seeds,
+            settings,
+            twins,
+            conditional=task.conditional,
+            mdl=task.mdl,
+            num_layers=data["train"].num_layers,
         )
         measured: dict[
             tuple[float, int], tuple[float, float]

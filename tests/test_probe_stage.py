@@ -16,9 +16,10 @@ from omegaconf import DictConfig, OmegaConf
 from elmolab.config import load_params, section
 from elmolab.errors import ElmolabError
 from elmolab.extract import ExtractConfig
+from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing.engine import ProbeSettings
-from elmolab.probing.runner import run_cell, training_subset
-from elmolab.probing.tasks import TaskConfig
+from elmolab.probing.runner import job_arithmetic, plan_jobs, run_cell, training_subset
+from elmolab.probing.tasks import TaskConfig, TaskKind
 from elmolab.report.collect import read_probe_runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -377,3 +378,37 @@ def test_learning_curve_subsets_are_fixed_nested_and_in_corpus_order(params: Pat
     assert training_subset(12544, 0.01, settings) != small
     with pytest.raises(ElmolabError, match=r"train_fractions: 1.5 is not in \(0, 1\]"):
         training_subset(100, 1.5, settings)
+
+
+@pytest.mark.parametrize("kind", [TaskKind.PAIR, TaskKind.ARC, TaskKind.STRUCTURAL])
+def test_pair_and_tree_cells_split_fits_by_seed_and_concatenation_largest_first(
+    kind: TaskKind,
+) -> None:
+    """Every head of the grid is planned once (the twin's layer 0 not at all), each job holds
+    one encoder and seed and either the concatenation alone or the other modes, and the jobs come
+    by arithmetic, the largest first (workers take them in that order)."""
+    from conftest import default_probe_settings
+
+    modes = ["layer0", "layer1", "layer2", "mean", "scalar_mix", "concat"]
+    settings = default_probe_settings()
+    twins = {"token_only": "trained"}
+    jobs = plan_jobs(kind, modes, [1, 2, 3], settings, twins, num_layers=3)
+    planned = [(job.encoder, head.seed, head.features) for job in jobs for head in job.heads]
+    expected = [
+        (encoder, seed, mode)
+        for encoder in settings.encoders
+        for seed in (1, 2, 3)
+        for mode in modes
+        if not (encoder == "token_only" and mode == "layer0")
+    ]
+    assert sorted(planned) == sorted(expected)
+    assert len(jobs) == 2 * len(settings.encoders) * 3
+    for job in jobs:
+        assert len({head.seed for head in job.heads}) == 1
+        concat = {head.mode is FeatureMode.CONCAT for head in job.heads}
+        assert (concat == {True} and len(job.heads) == 1) or concat == {False}
+    costs = [job_arithmetic(kind, job, 3) for job in jobs]
+    assert costs == sorted(costs, reverse=True)
+    # the arc probe's concatenation (a bilinear map 3 layers wide: 9 units) outweighs the other
+    # five modes together; a pair or structural probe's (3 units) does not
+    assert (jobs[0].heads[0].mode is FeatureMode.CONCAT) == (kind is TaskKind.ARC)

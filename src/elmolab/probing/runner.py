@@ -204,8 +204,16 @@ def _probe_cell(
     splits, labels = load_splits(task, data, settings)
     kind = TaskKind(task.kind)
     twins = layer0_twins(settings, modes, task.datasets())
+    num_layers = next(iter(splits.values()))["train"].num_layers
     jobs = plan_jobs(
-        kind, modes, seeds, settings, twins, conditional=task.conditional, mdl=task.mdl
+        kind,
+        modes,
+        seeds,
+        settings,
+        twins,
+        conditional=task.conditional,
+        mdl=task.mdl,
+        num_layers=num_layers,
     )
     fits = _run_jobs(
         [
@@ -264,6 +272,7 @@ def plan_jobs(
     *,
     conditional: bool = False,
     mdl: bool = False,
+    num_layers: int = 3,
 ) -> list[Job]:
     """The jobs of a cell, the big ones first: per training set (token tasks: the full one and
     each learning-curve share) and encoder, one fit of every mode and seed (but ``layer0`` of an
@@ -273,11 +282,14 @@ def plan_jobs(
     ``CONDITIONAL_MODES`` among ``modes``; ``mdl`` adds the online code's jobs, one per block
     after the first and encoder, with the full fits' modes and seeds.
 
-    A cell without learning-curve jobs (pair and tree tasks) splits each fit by seed: three
-    encoders' fits on two workers leave one worker idle for a third of the cell, nine fits of a
-    seed each keep both busy. Heads are independent, so the split changes no result; in a token
-    cell the small learning-curve fits fill the gaps instead, and its bigger fits amortize a
-    step's overhead over more heads."""
+    A cell without learning-curve jobs (pair and tree tasks) splits each fit by seed, and each
+    seed's heads into the concatenation's and the others' (each part of a fit computes apart from
+    the others, so the split changes no result), and orders the jobs by their arithmetic, the
+    largest first: three encoders' fits on two workers would leave one worker idle for a third of
+    the cell, nine fits of a seed each for a ninth (the last alone), eighteen unequal ones end
+    within a fraction of the smallest. In a token cell the small learning-curve fits fill the
+    gaps instead, and its bigger fits amortize a step's overhead over more heads (its heads share
+    one product, so they stay together)."""
     fractions = [1.0, *settings.train_fractions] if kind is TaskKind.TOKEN else [1.0]
     for fraction in fractions:
         if not 0.0 < fraction <= 1.0:
@@ -304,15 +316,32 @@ def plan_jobs(
                         for mode in conditioned
                         for seed in shard
                     )
-                if heads:
-                    jobs.append(Job(encoder, fraction, heads))
+                if not by_seed:
+                    jobs += [Job(encoder, fraction, heads)] if heads else []
+                    continue
+                for concat in (True, False):
+                    if part := tuple(h for h in heads if (h.mode is FeatureMode.CONCAT) == concat):
+                        jobs.append(Job(encoder, fraction, part))
     if mdl:
         blocks = settings.online_code_fractions
         for block in range(1, len(blocks)):
             for encoder in settings.encoders:
                 if heads := heads_of(encoder, list(seeds)):
                     jobs.append(Job(encoder, blocks[block - 1], heads, block))
+    if by_seed:
+        return sorted(jobs, key=lambda job: -job_arithmetic(kind, job, num_layers))  # stable
     return sorted(jobs, key=lambda job: -job.fraction)  # stable: the order above within a size
+
+
+def job_arithmetic(kind: TaskKind, job: Job, num_layers: int) -> float:
+    """A job's arithmetic per training token, in units of one layer-wide head: a head's products
+    grow with its input's width (a concatenation: ``num_layers`` layers; layer 0 beside a mix:
+    two), the arc probe's bilinear map with its square."""
+    total = 0.0
+    for head in job.heads:
+        width = num_layers if head.mode is FeatureMode.CONCAT else 2 if head.baseline else 1
+        total += width**2 if kind is TaskKind.ARC else width
+    return total * job.fraction
 
 
 def load_splits(
