@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -47,6 +46,7 @@ from omegaconf import OmegaConf
 
 from elmolab.config import section
 from elmolab.extract import ExtractConfig
+from elmolab.hardware import cpu_model
 from elmolab.params import compose_params
 from elmolab.probing.engine import (
     PRECISIONS,
@@ -73,16 +73,6 @@ from elmolab.probing.tasks import TaskConfig, TaskKind
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def previous_epochs(probes: Path) -> dict[tuple[str, str, float, int], list[int]]:
