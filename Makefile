@@ -84,8 +84,9 @@ format: $(STAMP) ## ruff format and fix
 	$(VENV)/bin/ruff format src pipelines tests bench tools
 	$(VENV)/bin/ruff check --fix src pipelines tests bench tools
 
-# bench/pretrain_recipes.py is a tuning run (8-10 minutes per candidate), not a benchmark.
-BENCHES := $(filter-out bench/pretrain_recipes.py,$(wildcard bench/*.py))
+# bench/pretrain_recipes.py is a tuning run (8-10 minutes per candidate) and bench/mix_variants.py
+# a study of settings you name, not benchmarks.
+BENCHES := $(filter-out bench/pretrain_recipes.py bench/mix_variants.py,$(wildcard bench/*.py))
 
 bench: install ## Run the benchmarks in bench/ (prints ratios measured side by side)
 	for b in $(BENCHES); do $(PY) $$b || exit 1; done
