@@ -253,15 +253,13 @@ def old_schedule(old_root: Path) -> dict:
 
 def default_run(probes: Path | None) -> dict[tuple[str, str, str], list[float]]:
     """(task, encoder, features) -> the test scores of a finished probe stage (full training
-    sets), points."""
+    sets, read as the report reads them), points."""
+    from elmolab.report.collect import read_probe_runs
+
     scores: dict[tuple[str, str, str], list[float]] = {}
-    if probes is None:
-        return scores
-    for path in sorted(probes.glob("*/*/*/seed*/metrics.json")):
-        run = json.loads(path.read_text())
-        if float(run.get("train_fraction", 1.0)) == 1.0:
-            key = (run["task"], run["encoder"], run["features"])
-            scores.setdefault(key, []).append(100 * run["test"])
+    for run in read_probe_runs(probes) if probes is not None else []:
+        if run.test is not None:
+            scores.setdefault((run.task, run.encoder, run.features), []).append(100 * run.test)
     return scores
 
 
