@@ -166,7 +166,7 @@ def write_payloads(args: argparse.Namespace, out: Path) -> list[Path]:
     from elmolab.extract import ExtractConfig
     from elmolab.params import compose_params
     from elmolab.probing.engine import ProbeSettings
-    from elmolab.probing.runner import FeaturesConfig, GridConfig, load_splits
+    from elmolab.probing.runner import GridConfig, feature_modes, load_splits
 
     cfg = OmegaConf.create(compose_params(ROOT / "conf"))
     OmegaConf.update(cfg, "probe.features_dir", str(args.features))
@@ -174,10 +174,7 @@ def write_payloads(args: argparse.Namespace, out: Path) -> list[Path]:
     settings = section(cfg, "probe", ProbeSettings)
     settings.encoders = args.encoders or settings.encoders
     catalog = section(cfg, "extract", ExtractConfig).catalog()
-    modes = [
-        section(OmegaConf.load(ROOT / "conf" / "features" / f"{f}.yaml"), "", FeaturesConfig).mode
-        for f in grid.features
-    ]
+    modes = feature_modes(ROOT / "conf", grid.features)
     paths = []
     for name in args.tasks:
         task = grid.tasks[name]

@@ -61,8 +61,8 @@ from elmolab.probing.engine import (
     train_step,
 )
 from elmolab.probing.runner import (
-    FeaturesConfig,
     GridConfig,
+    feature_modes,
     layer0_twins,
     load_splits,
     plan_jobs,
@@ -172,10 +172,7 @@ def main() -> None:
     one = section(cfg, "probe", ProbeSettings)
     one.encoders = [args.encoder]
     catalog = section(cfg, "extract", ExtractConfig).catalog()
-    modes = [
-        section(OmegaConf.load(CONF / "features" / f"{f}.yaml"), "", FeaturesConfig).mode
-        for f in grid.features
-    ]
+    modes = feature_modes(CONF, grid.features)
     records = previous_epochs(Path(args.probes))
     print(
         f"CPU: {cpu_model()}, {os.cpu_count()} cores;"

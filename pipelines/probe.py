@@ -23,7 +23,7 @@ from elmolab.config import run_stage, section
 from elmolab.errors import ElmolabError
 from elmolab.extract import ExtractConfig
 from elmolab.probing.engine import ProbeSettings
-from elmolab.probing.runner import FeaturesConfig, GridConfig, run_cell
+from elmolab.probing.runner import FeaturesConfig, GridConfig, feature_modes, run_cell
 from elmolab.probing.tasks import TaskConfig
 from elmolab.tracking import init_run, run_tags
 
@@ -71,21 +71,13 @@ def run_grid(cfg: DictConfig, out_dir: Path) -> dict:
             " not task.<key>"
         )
     cfg.task = cfg.grid.tasks[name]
-    modes = [_feature_mode(mode) for mode in grid.features]
+    modes = feature_modes(CONF_DIR, grid.features)
     return run_cell_modes(cfg, out_dir, modes, grid.seeds)
 
 
 def run_one(cfg: DictConfig, out_dir: Path) -> dict:
     """Ad hoc or one job of a sweep: the composed ``features`` and ``seed``."""
     return run_cell_modes(cfg, out_dir, [section(cfg, "features", FeaturesConfig).mode], [cfg.seed])
-
-
-def _feature_mode(name: str) -> str:
-    path = CONF_DIR / "features" / f"{name}.yaml"
-    if not path.is_file():
-        choices = sorted(p.stem for p in path.parent.glob("*.yaml"))
-        raise ElmolabError(f"grid.features: no {path} (choices: {', '.join(choices)})")
-    return section(OmegaConf.load(path), "", FeaturesConfig, where=str(path)).mode
 
 
 if __name__ == "__main__":

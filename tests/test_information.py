@@ -169,7 +169,9 @@ def test_plan_adds_conditional_heads_to_full_fits_and_a_job_per_code_block() -> 
     modes = ["layer0", "layer1", "scalar_mix"]
     settings = dataclasses.replace(SETTINGS, encoders=["trained", "token_only"])
     twins = {"token_only": "trained"}
-    jobs = plan_jobs(TaskKind.TOKEN, modes, [1, 2], settings, twins, conditional=True, mdl=True)
+    jobs = plan_jobs(
+        TaskKind.TOKEN, modes, [1, 2], settings, twins, conditional=True, mdl=True, num_layers=3
+    )
     full = [job for job in jobs if job.fraction == 1.0]
     assert [job.encoder for job in full] == ["trained", "token_only"]
     assert {head.features for head in full[0].heads} == {
@@ -184,6 +186,6 @@ def test_plan_adds_conditional_heads_to_full_fits_and_a_job_per_code_block() -> 
     assert sorted({job.block for job in codes}) == [1, 2, 3, 4]
     assert len(codes) == 8 and all(not head.baseline for job in codes for head in job.heads)
     assert [job.fraction for job in jobs] == sorted((job.fraction for job in jobs), reverse=True)
-    plain = plan_jobs(TaskKind.TOKEN, modes, [1, 2], settings, twins)
+    plain = plan_jobs(TaskKind.TOKEN, modes, [1, 2], settings, twins, num_layers=3)
     assert all(job.block is None for job in plain)
     assert not any(head.baseline for job in plain for head in job.heads)

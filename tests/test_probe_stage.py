@@ -18,7 +18,13 @@ from elmolab.errors import ElmolabError
 from elmolab.extract import ExtractConfig
 from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing.engine import ProbeSettings
-from elmolab.probing.runner import job_arithmetic, plan_jobs, run_cell, training_subset
+from elmolab.probing.runner import (
+    feature_modes,
+    job_arithmetic,
+    plan_jobs,
+    run_cell,
+    training_subset,
+)
 from elmolab.probing.tasks import TaskConfig, TaskKind
 from elmolab.report.collect import read_probe_runs
 
@@ -412,3 +418,16 @@ def test_pair_and_tree_cells_split_fits_by_seed_and_concatenation_largest_first(
     # the arc probe's concatenation (a bilinear map 3 layers wide: 9 units) outweighs the other
     # five modes together; a pair or structural probe's (3 units) does not
     assert (jobs[0].heads[0].mode is FeatureMode.CONCAT) == (kind is TaskKind.ARC)
+
+
+def test_feature_modes_read_the_grids_files_and_name_a_missing_one(tmp_path: Path) -> None:
+    assert feature_modes(CONF, ["layer2", "scalar_mix", "concat"]) == [
+        "layer2",
+        "scalar_mix",
+        "concat",
+    ]
+    (tmp_path / "features").mkdir()
+    (tmp_path / "features" / "top.yaml").write_text("mode: layer2\n")
+    assert feature_modes(tmp_path, ["top"]) == ["layer2"]
+    with pytest.raises(ElmolabError, match=r"grid.features: no .*layer9.yaml \(choices: top\)"):
+        feature_modes(tmp_path, ["top", "layer9"])

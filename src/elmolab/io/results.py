@@ -44,6 +44,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from elmolab.io.features import ENCODER_SUMMARY
+
 METRICS_FILE = "metrics.json"
 PREDICTIONS_FILE = "test_predictions.txt"
 CURVE_FILE = "curve.csv"
@@ -121,15 +123,15 @@ def without_timings(value: Any) -> Any:
 def reproducible_results(artifacts: Path) -> dict[str, Any]:
     """What a finished pipeline under ``artifacts`` computed, by path: the biLM's and the random
     control's metrics, every probe run's metrics and online code, every extraction record
-    (``extract.json``), without timings, and every test prediction file's text. Two runs of the
-    same code on the same data and machine must agree on all of it."""
+    (``ENCODER_SUMMARY``), without timings, and every test prediction file's text. Two runs of
+    the same code on the same data and machine must agree on all of it."""
     probes = artifacts / "probes"
     files = [
         artifacts / "bilm" / METRICS_FILE,
         artifacts / "bilm_random" / METRICS_FILE,
         *sorted(probes.rglob(METRICS_FILE)),
         *sorted(probes.rglob(ONLINE_CODE_FILE)),
-        *sorted((artifacts / "features").glob("*/*/extract.json")),
+        *sorted((artifacts / "features").glob(f"*/*/{ENCODER_SUMMARY}")),
     ]
     results: dict[str, Any] = {
         str(path.relative_to(artifacts)): without_timings(json.loads(path.read_text()))

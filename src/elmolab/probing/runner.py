@@ -46,7 +46,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
+from elmolab.config import section
 from elmolab.errors import ElmolabError
 from elmolab.fsutil import atomic_dir, write_json
 from elmolab.io.features import feature_path, summary_path
@@ -107,6 +109,19 @@ class FeaturesConfig:
     """Schema of the ``features`` section (``conf/features/<mode>.yaml``)."""
 
     mode: str  # a FeatureMode: layer0, layer1, layer2, mean, scalar_mix, concat
+
+
+def feature_modes(conf_dir: Path, names: Sequence[str]) -> list[str]:
+    """The feature mode of each ``conf/features/<name>.yaml`` of ``names`` (``grid.features``);
+    an ElmolabError names a missing file and the choices."""
+    modes = []
+    for name in names:
+        path = Path(conf_dir) / "features" / f"{name}.yaml"
+        if not path.is_file():
+            choices = sorted(p.stem for p in path.parent.glob("*.yaml"))
+            raise ElmolabError(f"grid.features: no {path} (choices: {', '.join(choices)})")
+        modes.append(section(OmegaConf.load(path), "", FeaturesConfig, where=str(path)).mode)
+    return modes
 
 
 @dataclass
@@ -272,7 +287,7 @@ def plan_jobs(
     *,
     conditional: bool = False,
     mdl: bool = False,
-    num_layers: int = 3,
+    num_layers: int,
 ) -> list[Job]:
     """The jobs of a cell, the big ones first: per training set (token tasks: the full one and
     each learning-curve share) and encoder, one fit of every mode and seed (but ``layer0`` of an
@@ -316,12 +331,13 @@ def plan_jobs(
                         for mode in conditioned
                         for seed in shard
                     )
-                if not by_seed:
-                    jobs += [Job(encoder, fraction, heads)] if heads else []
-                    continue
-                for concat in (True, False):
-                    if part := tuple(h for h in heads if (h.mode is FeatureMode.CONCAT) == concat):
-                        jobs.append(Job(encoder, fraction, part))
+                # split by seed: the concatenation's heads apart from the others'
+                groups = (
+                    [tuple(h for h in heads if (h.mode is FeatureMode.CONCAT) == c) for c in (1, 0)]
+                    if by_seed
+                    else [heads]
+                )
+                jobs += [Job(encoder, fraction, group) for group in groups if group]
     if mdl:
         blocks = settings.online_code_fractions
         for block in range(1, len(blocks)):
@@ -341,7 +357,7 @@ def job_arithmetic(kind: TaskKind, job: Job, num_layers: int) -> float:
     for head in job.heads:
         width = num_layers if head.mode is FeatureMode.CONCAT else 2 if head.baseline else 1
         total += width**2 if kind is TaskKind.ARC else width
-    return total * job.fraction
+    return total
 
 
 def load_splits(
