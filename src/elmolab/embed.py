@@ -31,7 +31,7 @@ from elmolab.models.bilm import BiLM
 from elmolab.models.char_cnn import CharCNN
 from elmolab.text.chars import MAX_CHARACTERS_PER_TOKEN, char_ids_for_token
 
-DEFAULT_BATCH_SIZE = 64  # sentences per batch: large enough for the matmuls, small for memory
+DEFAULT_BATCH_SIZE = 256  # sentences per batch, as extract.batch_size (bench/extract.py)
 CACHE_CAPACITY = 100_000  # token types kept (200 MiB at projection 512); then the cache restarts
 
 
