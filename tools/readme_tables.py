@@ -1,0 +1,267 @@
+"""README's results of a finished default run, as markdown: what "Results of the default run"
+quotes, taken from the run's report (``artifacts/report/summary.json``) and the biLM's curve.
+
+    .venv/bin/python tools/readme_tables.py [WORKSPACE] [--start EPOCH --end EPOCH]
+
+Prints the main table (per task: the trained biLM's best single layer against its scalar mix with
+the report's verdict and p-value, each baseline encoder's best layer and mix), the pretraining
+figures (perplexities against the unigram model, the stateless ratios, the validation curve), the
+probe runs and how many hit the epoch cap, the online-code and conditional-probing tables, the
+probe time the information measures took, and the scalar mix's weights on the tree tasks. With
+``--start`` and ``--end`` (seconds since the epoch around ``make run``), also each stage's wall
+time, read from when its outputs were last written (a stage ends with its last output file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+# elmolab.report.collect.CONTROL_SUFFIX (the report package is slow to import): task "x_control"
+# is the control task of task "x", which the report's main table leaves out
+CONTROL_SUFFIX = "_control"
+ENCODERS = ("trained", "random", "token_only")
+MODES = ("layer0", "layer1", "layer2", "mean", "scalar_mix", "concat")
+SHORT_METRICS = {"uas": "UAS", "uuas": "UUAS", "accuracy": "accuracy", "span_f1": "span F1"}
+SHORT_VERDICTS = {
+    "mix better": "better",
+    "best layer better": "worse",
+    "no significant difference": "n.s.",
+}
+CONDITIONED = (("layer1", "layer 1"), ("layer2", "layer 2"), ("scalar_mix", "scalar mix"))
+
+
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.2f}"
+
+
+def mean_std(cell: dict[str, Any]) -> str:
+    if cell.get("std") is None:
+        return pct(cell["mean"])
+    return f"{pct(cell['mean'])} ± {pct(cell['std'])}"
+
+
+def p_text(p: float) -> str:
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+def main_table(summary: dict[str, Any]) -> list[str]:
+    lines = [
+        "| task | best single layer (trained, on dev) | its score | scalar mix |"
+        " random (best layer · mix) | token_only (best layer · mix) |",
+        "|---|---|---|---|---|---|",
+    ]
+    comparisons = {(c["task"], c["encoder"]): c for c in summary["comparisons"]}
+    for task, cells in summary["probes"].items():
+        main = comparisons.get((task, "trained"))
+        if main is None or task.endswith(CONTROL_SUFFIX):  # as the report's main table
+            continue
+        best = cells[main["best_layer"]]["trained"]
+        metric = best["metric"]
+        label = "1-NN F1" if metric == "f1" else SHORT_METRICS.get(metric, metric)
+        mix = cells.get("scalar_mix", {}).get("trained")
+        if mix is None or not mix.get("applicable", True) or main.get("p_value") is None:
+            mix_text = "–"
+        else:
+            verdict = SHORT_VERDICTS.get(main["verdict"], main["verdict"])
+            test = "" if verdict == "n.s." else f", {p_text(main['p_value'])}"
+            mix_text = f"{mean_std(mix)} ({verdict}{test})"
+        baselines = []
+        for encoder in ENCODERS[1:]:
+            control = comparisons.get((task, encoder))
+            if control is None:
+                baselines.append("–")
+                continue
+            control_mix = cells.get("scalar_mix", {}).get(encoder)
+            applicable = control_mix is not None and control_mix.get("applicable", True)
+            mix_value = pct(control_mix["mean"]) if applicable else "–"
+            baselines.append(f"{pct(control['best_layer_mean'])} · {mix_value}")
+        lines.append(
+            f"| {task} ({label}) | {main['best_layer']} | {mean_std(best)} | {mix_text} | "
+            + " | ".join(baselines)
+            + " |"
+        )
+    return lines
+
+
+def pretraining(summary: dict[str, Any], workspace: Path) -> list[str]:
+    trained = summary["pretraining"]["trained"]
+    val, test, unigram = trained["val"], trained["test"], trained["unigram_ppl"]
+    lines = [
+        f"validation perplexity {val['ppl']:.1f} = {val['ppl'] / unigram['valid']:.3f}x unigram"
+        f" ({unigram['valid']:.0f}): forward {val['ppl_fwd']:.1f} / backward {val['ppl_bwd']:.1f}"
+        f" carried, {val['stateless_ppl_fwd']:.1f} / {val['stateless_ppl_bwd']:.1f} stateless"
+        f" (x{val['stateless_ppl_fwd'] / val['ppl_fwd']:.3f} /"
+        f" x{val['stateless_ppl_bwd'] / val['ppl_bwd']:.3f}); test {test['ppl']:.1f} ="
+        f" {test['ppl'] / unigram['test']:.3f}x ({unigram['test']:.1f})",
+        f"pretraining: {trained['steps']:,} steps, {trained['tokens']:,} tokens at"
+        f" {trained['tokens_per_second']:,.0f} tokens/s, the stage {trained['wall_seconds']} s,"
+        f" precision {trained['precision']['chosen']}",
+    ]
+    curve = workspace / "artifacts" / "bilm" / "curve.csv"
+    if curve.is_file():
+        with curve.open() as rows:
+            points = [
+                f"{float(row['val_ppl']):.0f} / {float(row['val_stateless_ppl']):.0f}"
+                for row in csv.DictReader(rows)
+                if row["val_ppl"]
+            ]
+        lines.append("validation curve (carried / stateless): " + ", ".join(points))
+    training = summary["training"]
+    lines.append(
+        f"probe runs: {training['trained_runs']:,}, at the epoch cap: {training['hit_epoch_cap']}"
+    )
+    return lines
+
+
+def online_code_table(summary: dict[str, Any]) -> list[str]:
+    cells = {
+        (c["task"], c["features"], c["encoder"]): c["compression"]
+        for c in summary["online_code"]["cells"]
+    }
+    tasks = list(dict.fromkeys(task for task, _, _ in cells))
+    lines = ["| task | features | trained | random | token_only |", "|---|---|---|---|---|"]
+    for task in tasks:
+        for mode in MODES:
+            values = [cells.get((task, mode, encoder)) for encoder in ENCODERS]
+            if all(v is None for v in values):
+                continue
+            texts = ["–" if v is None else f"{v['mean']:.2f} ± {v['std']:.2f}" for v in values]
+            lines.append(f"| {task} | {mode} | " + " | ".join(texts) + " |")
+    return lines
+
+
+def conditional_table(summary: dict[str, Any]) -> list[str]:
+    gains = {
+        (g["task"], g["mode"], g["encoder"]): g for g in summary["conditional_probing"]["gains"]
+    }
+    tasks = list(dict.fromkeys(task for task, _, _ in gains))
+    lines = [
+        "| task | probe reads | trained: bits / points | random: bits / points |"
+        " token_only: bits / points |",
+        "|---|---|---|---|---|",
+    ]
+
+    def cell(gain: dict[str, Any] | None) -> str:
+        if gain is None:
+            return "–"
+        bits, points = gain["test_bits_gain"], gain["metric_gain"]
+        star = {True: " *", False: ""}
+        return (
+            f"{bits['mean']:+.3f} ± {bits['std']:.3f}{star[bool(bits.get('significant'))]} / "
+            f"{100 * points['mean']:+.2f} ± {100 * points['std']:.2f}"
+            f"{star[bool(points.get('significant'))]}"
+        )
+
+    for task in tasks:
+        for mode, label in CONDITIONED:
+            row = [cell(gains.get((task, mode, encoder))) for encoder in ENCODERS]
+            lines.append(f"| {task} | layer0 + {label} | " + " | ".join(row) + " |")
+    return lines
+
+
+def information_time(summary: dict[str, Any]) -> list[str]:
+    return [
+        f"{t['task']}: online code {t['online_code_seconds']:.0f} s, conditional heads"
+        f" {t['conditional_seconds']:.0f} s (probe time, summed over the workers)"
+        for t in summary.get("information_time", [])
+    ]
+
+
+def tree_mixes(summary: dict[str, Any], workspace: Path) -> list[str]:
+    lines = []
+    for task, cells in summary["probes"].items():
+        if cells.get("layer2", {}).get("trained", {}).get("metric") not in ("uas", "uuas"):
+            continue
+        runs = {}
+        for mode in ("scalar_mix", "layer2"):
+            folder = workspace / "artifacts" / "probes" / task / mode / "trained"
+            runs[mode] = sorted(
+                (json.loads(p.read_text()) for p in folder.glob("seed*/metrics.json")),
+                key=lambda run: run["seed"],
+            )
+        mixes = runs["scalar_mix"]
+        if not mixes:
+            continue
+        weights = [statistics.fmean(r["mix_weights"][i] for r in mixes) for i in range(3)]
+        lines.append(
+            f"{task}: mix weights {[round(w, 2) for w in weights]} (mean over seeds), gamma"
+            f" {sorted(round(r['gamma'], 2) for r in mixes)}, the mean of the layers"
+            f" {pct(cells['mean']['trained']['mean'])}; best epochs: mix"
+            f" {[r['best_epoch'] for r in mixes]},"
+            f" layer 2 {[r['best_epoch'] for r in runs['layer2']]}"
+        )
+    return lines
+
+
+def stage_times(workspace: Path, start: float, end: float) -> list[str]:
+    """Each stage's end (its outputs' last write) and the time since the previous end."""
+    artifacts = workspace / "artifacts"
+    outputs: dict[str, Path] = {
+        "prepare": artifacts / "corpus",
+        "pretrain": artifacts / "bilm",
+        "pretrain_random": artifacts / "bilm_random",
+        "token_control": artifacts / "bilm_token",
+    }
+    features = artifacts / "features"
+    datasets = (
+        sorted({d.name for e in features.iterdir() for d in e.iterdir()})
+        if features.is_dir()
+        else []
+    )
+    for dataset in datasets:
+        outputs[f"extract@{dataset}"] = features
+    probes = artifacts / "probes"
+    for task in sorted(probes.iterdir()) if probes.is_dir() else []:
+        outputs[f"probe@{task.name}"] = task
+    outputs["report"] = artifacts / "report"
+
+    def last_write(path: Path, dataset: str | None = None) -> float | None:
+        files = [path] if path.is_file() else list(path.rglob("*"))
+        if dataset is not None:
+            files = [f for f in files if f.relative_to(path).parts[1:2] == (dataset,)]
+        times = [f.stat().st_mtime for f in files if f.is_file()]
+        return max(times) if times else None
+
+    ends = []
+    for name, path in outputs.items():
+        dataset = name.split("@", 1)[1] if name.startswith("extract@") else None
+        when = last_write(path, dataset)
+        if when is not None:
+            ends.append((when, name))
+    lines, previous = [], start
+    for when, name in sorted(ends):
+        lines.append(
+            f"{name:28s} ends at {when - start:6.0f} s (+{(when - previous) / 60:5.1f} min)"
+        )
+        previous = when
+    lines.append(f"whole run: {end - start:.0f} s = {(end - start) / 60:.1f} min")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("workspace", type=Path, nargs="?", default=Path("."))
+    parser.add_argument("--start", type=float, help="seconds since the epoch when make run began")
+    parser.add_argument("--end", type=float, help="... and when it ended")
+    args = parser.parse_args()
+    summary = json.loads((args.workspace / "artifacts/report/summary.json").read_text())
+    blocks = [
+        main_table(summary),
+        pretraining(summary, args.workspace),
+        online_code_table(summary),
+        conditional_table(summary),
+        information_time(summary),
+        tree_mixes(summary, args.workspace),
+    ]
+    if args.start is not None and args.end is not None:
+        blocks.append(stage_times(args.workspace, args.start, args.end))
+    print("\n\n".join("\n".join(block) for block in blocks if block))
+
+
+if __name__ == "__main__":
+    main()
