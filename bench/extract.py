@@ -27,28 +27,25 @@ spin_idle_threads()  # before torch loads, as the stage does
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from elmolab.config import section  # noqa: E402
-from elmolab.extract import ExtractConfig, extract_split  # noqa: E402
+from elmolab.extract import ExtractConfig, extract_split, load_encoder  # noqa: E402
 from elmolab.hardware import cpu_model  # noqa: E402
 from elmolab.io.features import read_features  # noqa: E402
 from elmolab.models.bilm import BiLM, BiLMOptions  # noqa: E402
-from elmolab.models.bilm_tf import load_bilm  # noqa: E402
 from elmolab.params import compose_params  # noqa: E402
+from elmolab.training.pretrain import ModelConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def encoder(folder: Path, model: OmegaConf) -> tuple[BiLM, str]:
-    if (folder / "weights.hdf5").is_file():
-        return load_bilm(folder / "options.json", folder / "weights.hdf5"), str(folder)
-    options = BiLMOptions.from_dict(
-        {
-            "lstm": OmegaConf.to_container(model.lstm, resolve=True),
-            "char_cnn": OmegaConf.to_container(model.char_cnn, resolve=True),
-        }
-    )
+def encoder(folder: Path, cfg: DictConfig) -> tuple[BiLM, str]:
+    """The biLM of ``folder`` as the extract stage loads an encoder, else the configured shape
+    with random weights."""
+    if folder.is_dir():
+        return load_encoder(str(folder)), str(folder)
+    options = BiLMOptions.from_dict(section(cfg, "model", ModelConfig).options())
     return BiLM(options).eval(), "random weights, the configured shape"
 
 
@@ -64,7 +61,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cfg = OmegaConf.create(compose_params(ROOT / "conf"))
     source = section(cfg, "extract", ExtractConfig).catalog().read(args.dataset, args.split)
-    model, described = encoder(args.model, cfg.model)
+    model, described = encoder(args.model, cfg)
     print(
         f"CPU: {cpu_model()}, {torch.get_num_threads()} threads; {args.dataset}/{args.split}: "
         f"{len(source.sentences)} sentences; encoder: {described}"

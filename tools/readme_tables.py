@@ -21,9 +21,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-# elmolab.report.collect.CONTROL_SUFFIX (the report package is slow to import): task "x_control"
-# is the control task of task "x", which the report's main table leaves out
-CONTROL_SUFFIX = "_control"
+from elmolab.report.collect import CONTROL_SUFFIX
+from elmolab.report.tables import p_equals, pct
+
 ENCODERS = ("trained", "random", "token_only")
 MODES = ("layer0", "layer1", "layer2", "mean", "scalar_mix", "concat")
 SHORT_METRICS = {"uas": "UAS", "uuas": "UUAS", "accuracy": "accuracy", "span_f1": "span F1"}
@@ -35,18 +35,10 @@ SHORT_VERDICTS = {
 CONDITIONED = (("layer1", "layer 1"), ("layer2", "layer 2"), ("scalar_mix", "scalar mix"))
 
 
-def pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.2f}"
-
-
 def mean_std(cell: dict[str, Any]) -> str:
     if cell.get("std") is None:
         return pct(cell["mean"])
     return f"{pct(cell['mean'])} ± {pct(cell['std'])}"
-
-
-def p_text(p: float) -> str:
-    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
 def main_table(summary: dict[str, Any]) -> list[str]:
@@ -68,7 +60,7 @@ def main_table(summary: dict[str, Any]) -> list[str]:
             mix_text = "–"
         else:
             verdict = SHORT_VERDICTS.get(main["verdict"], main["verdict"])
-            test = "" if verdict == "n.s." else f", {p_text(main['p_value'])}"
+            test = "" if verdict == "n.s." else f", {p_equals(main['p_value'])}"
             mix_text = f"{mean_std(mix)} ({verdict}{test})"
         baselines = []
         for encoder in ENCODERS[1:]:
@@ -201,38 +193,26 @@ def tree_mixes(summary: dict[str, Any], workspace: Path) -> list[str]:
 def stage_times(workspace: Path, start: float, end: float) -> list[str]:
     """Each stage's end (its outputs' last write) and the time since the previous end."""
     artifacts = workspace / "artifacts"
-    outputs: dict[str, Path] = {
-        "prepare": artifacts / "corpus",
-        "pretrain": artifacts / "bilm",
-        "pretrain_random": artifacts / "bilm_random",
-        "token_control": artifacts / "bilm_token",
+    outputs: dict[str, list[Path]] = {  # a stage's output folders
+        "prepare": [artifacts / "corpus"],
+        "pretrain": [artifacts / "bilm"],
+        "pretrain_random": [artifacts / "bilm_random"],
+        "token_control": [artifacts / "bilm_token"],
     }
     features = artifacts / "features"
-    datasets = (
-        sorted({d.name for e in features.iterdir() for d in e.iterdir()})
-        if features.is_dir()
-        else []
-    )
-    for dataset in datasets:
-        outputs[f"extract@{dataset}"] = features
+    encoders = sorted(features.iterdir()) if features.is_dir() else []
+    for dataset in sorted({d.name for encoder in encoders for d in encoder.iterdir()}):
+        outputs[f"extract@{dataset}"] = [encoder / dataset for encoder in encoders]
     probes = artifacts / "probes"
     for task in sorted(probes.iterdir()) if probes.is_dir() else []:
-        outputs[f"probe@{task.name}"] = task
-    outputs["report"] = artifacts / "report"
-
-    def last_write(path: Path, dataset: str | None = None) -> float | None:
-        files = [path] if path.is_file() else list(path.rglob("*"))
-        if dataset is not None:
-            files = [f for f in files if f.relative_to(path).parts[1:2] == (dataset,)]
-        times = [f.stat().st_mtime for f in files if f.is_file()]
-        return max(times) if times else None
-
+        outputs[f"probe@{task.name}"] = [task]
+    outputs["report"] = [artifacts / "report"]
     ends = []
-    for name, path in outputs.items():
-        dataset = name.split("@", 1)[1] if name.startswith("extract@") else None
-        when = last_write(path, dataset)
-        if when is not None:
-            ends.append((when, name))
+    for name, folders in outputs.items():
+        files = [f for folder in folders for f in folder.rglob("*")]
+        times = [f.stat().st_mtime for f in files if f.is_file()]
+        if times:
+            ends.append((max(times), name))
     lines, previous = [], start
     for when, name in sorted(ends):
         lines.append(
