@@ -192,6 +192,65 @@ def test_folded_token_heads_equal_mixing_then_classifying(kind: str, layer_norm:
         torch.testing.assert_close(logits, reference, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("root", ["learned", "zeros"])
+@pytest.mark.parametrize("kind", ["linear", "mlp"])
+def test_pair_table_heads_equal_mixing_then_classifying(kind: str, root: str) -> None:
+    """Pair heads read ``[dep; head; dep * head]`` of each layer mix from a table made once per
+    split (a head's first map split by the blocks of its input, the root's terms added on the rows
+    headed by the root, a learned mix mixing the table's layers): their logits and gradients are
+    those of the reference computation, each head's input mixed from the features and joined on
+    the step (``TokenProbes._pair_logits``), for every kind of input (a layer, the mean, a learned
+    mix, a concatenation, layer 0 beside a fixed or a learned mix)."""
+    train, dev, test = (_split(n, seed, pair=True)[0] for n, seed in ((40, 0), (10, 1), (10, 2)))
+    settings = dataclasses.replace(FAST, kind=kind, hidden_dim=8, root=root)
+    modes = ["layer0", "layer1", "layer2", "mean", "scalar_mix", "concat"]
+    heads = [Head(FeatureMode(mode), seed) for mode in modes for seed in (1, 2)]
+    heads += [Head(FeatureMode(m), s, baseline=True) for m, s in (("layer2", 1), ("mean", 2))]
+    heads += [Head(FeatureMode.SCALAR_MIX, seed, baseline=True) for seed in (1, 2)]
+    splits = {"train": train, "dev": dev, "test": test}
+    vocabulary = LabelVocabulary([*LABELS, "root"])
+    probes = TokenProbes(heads, splits, vocabulary, "accuracy", settings)
+    assert len(probes.table_blocks) == len(probes.parts) == 5
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # learned mixes and root vectors away from their start
+        for part in probes.parts:
+            assert part.root is not None
+            if part.root.vector.requires_grad:
+                part.root.vector.normal_(generator=generator)
+            if part.mix is not None:
+                part.mix.w.normal_(generator=generator)
+                part.mix.gamma.uniform_(0.5, 2.0, generator=generator)
+    probes.eval()  # no dropout: both computations see the same network
+    batches = [torch.arange(0, 24), torch.arange(101, 125)]  # a minibatch per seed, root rows in
+    active = torch.ones(len(heads), dtype=torch.bool)
+    active[4] = False  # a stopped head
+    layers, is_root = probes._pair_rows(train, batches)
+    assert is_root.sum() >= 4
+    weights = torch.randn(len(heads), 24, len(LABELS) + 1, generator=generator)
+    gradients = []
+    for computation in ("table", "reference"):
+        probes.zero_grad()
+        total, numbered = torch.zeros(()), []
+        for part, local, numbers, logits in probes._part_logits(
+            "train", batches, probes.seed_group, active
+        ):
+            if computation == "reference":
+                groups = probes.seed_group[numbers]
+                reference = probes._pair_logits(part, layers, is_root, groups, local)
+                torch.testing.assert_close(logits, reference, rtol=1e-5, atol=1e-5)
+                logits = reference
+            total = total + (logits * weights[numbers]).sum()
+            numbered += numbers.tolist()
+        assert sorted(numbered) == [h for h in range(len(heads)) if h != 4]
+        total.backward()
+        gradients.append(
+            {n: p.grad.clone() for n, p in probes.named_parameters() if p.grad is not None}
+        )
+    assert gradients[0].keys() == gradients[1].keys()
+    for name, gradient in gradients[0].items():
+        torch.testing.assert_close(gradient, gradients[1][name], rtol=1e-5, atol=1e-5, msg=name)
+
+
 @pytest.mark.parametrize("pair", [False, True])
 def test_bf16_mixed_probes_learn_as_float32_ones_do(pair: bool) -> None:
     """bf16-mixed (``probe.precision``, chosen by ``auto`` on CPUs with native bf16): the

@@ -62,6 +62,8 @@ from elmolab.probing.trees import GoldTrees, SentenceBatch, plan_batches, tree_d
 
 EVAL_ROLES = ("dev", "test")
 EVAL_TOKENS = 4096  # tokens (padded words for trees) per forward pass without gradients
+PAIR_TABLE_TOKENS = 8192  # tokens per piece when a split's pair table is made
+LEARNED = -1  # a block of a pair head's input mixed by the head's learned mix
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
 
@@ -312,10 +314,11 @@ def _uniform(generators: Sequence[torch.Generator], shape: tuple[int, ...], boun
 
 
 def _take(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``values[index]`` along axis 0; ``values`` itself (no copy) when ``index`` is every row in
+    """``values[index]`` along axis 0; a view (no copy) when ``index`` is consecutive rows in
     order, as when every head of a part is active."""
-    if len(index) == len(values) and bool((index == torch.arange(len(values))).all()):
-        return values
+    start = int(index[0]) if len(index) else 0
+    if torch.equal(index, torch.arange(start, start + len(index))):
+        return values[start : start + len(index)]
     return values.index_select(0, index)
 
 
@@ -787,6 +790,39 @@ class TokenProbes(HeadProbes):
                 rows = torch.empty(len(split.labels), split.num_layers, split.dim, dtype=self.dtype)
                 rows.copy_(split.features.transpose(0, 1))
                 self.side_by_side[role] = rows.view(len(rows), -1)
+        # Pair heads read their inputs from a table of each split (:meth:`_pair_table`), made
+        # once: per layer mix ``c`` of ``pair_mixes`` (each fixed mix and concatenated layer of a
+        # head, each layer for learned mixes) and token, ``[dep_c; head_c; dep_c * head_c]``. A
+        # step then gathers its minibatch's rows once, and a fixed input takes no mixing and no
+        # products of features; a learned mix mixes the layers' rows. Not with ``layer_norm``,
+        # whose statistics are the minibatch's (:meth:`_pair_logits` then mixes the features).
+        # ``table_blocks``: per part, per head, the mixes side by side in its input (LEARNED: the
+        # head's own mix).
+        self.pair_mixes: list[tuple[float, ...]] = []
+        self.table_blocks: list[list[list[int]]] = []
+        self.pair_tables: dict[str, torch.Tensor] = {}
+        if self.pair and not self.layer_norm:
+            for part in self.parts:
+                if part.mix is not None and bool(part.mix.learned.any()):
+                    blocks = [LEARNED]
+                    if part.baseline:
+                        blocks.insert(0, self._pair_mix(_one_hot(BASELINE_LAYER, self.num_layers)))
+                    self.table_blocks.append([blocks] * len(part.index))
+                    continue
+                coefficients = self.layer_coefficients(part, torch.arange(len(part.index)))
+                self.table_blocks.append(
+                    [[self._pair_mix(tuple(block.tolist())) for block in h] for h in coefficients]
+                )
+            if any(LEARNED in blocks for part in self.table_blocks for blocks in part):
+                self.layer_mixes = torch.tensor(
+                    [self._pair_mix(_one_hot(k, self.num_layers)) for k in range(self.num_layers)]
+                )
+
+    def _pair_mix(self, mix: tuple[float, ...]) -> int:
+        """The number of a layer mix in ``pair_mixes``, added if new."""
+        if mix not in self.pair_mixes:
+            self.pair_mixes.append(mix)
+        return self.pair_mixes.index(mix)
 
     def epoch_steps(self, shuffles: Sequence[torch.Generator]) -> Iterator[list[torch.Tensor]]:
         tokens = len(self.splits["train"].labels)
@@ -806,12 +842,24 @@ class TokenProbes(HeadProbes):
         if not self.pair:
             rows = self.side_by_side[role].index_select(0, torch.cat(list(batches)))
             return self._folded_logits(rows.view(len(batches), -1, rows.shape[-1]), groups, active)
-        x, is_root = self._pair_rows(self.splits[role], batches)
+        split = self.splits[role]
+        assert split.heads is not None
         outputs = []
+        if self.table_blocks:
+            table = self._pair_table(role)
+            rows = [_table_rows(table, batch) for batch in batches]  # (mixes, B, 3 * dim) each
+            roots = [torch.nonzero(split.heads[batch] < 0).flatten() for batch in batches]
+            for part, blocks in zip(self.parts, self.table_blocks, strict=True):
+                local, numbers = self.members(part, active)
+                if len(local):
+                    logits = self._table_logits(part, rows, roots, blocks, groups[numbers], local)
+                    outputs.append((part, local, numbers, logits))
+            return outputs
+        layers, is_root = self._pair_rows(split, batches)
         for part in self.parts:
             local, numbers = self.members(part, active)
             if len(local):
-                logits = self._pair_logits(part, x, is_root, groups[numbers], local)
+                logits = self._pair_logits(part, layers, is_root, groups[numbers], local)
                 outputs.append((part, local, numbers, logits))
         return outputs
 
@@ -856,6 +904,100 @@ class TokenProbes(HeadProbes):
             (part, local, numbers, part.probe.rest(piece, local))
             for (part, local, numbers), piece in zip(members, pieces, strict=True)
         ]
+
+    def _pair_table(self, role: str) -> torch.Tensor:
+        """``(tokens, mixes, 3 * dim)`` in the probes' type, made on first use: per token of
+        split ``role`` and layer mix ``c`` of ``pair_mixes``, ``[dep_c; head_c; dep_c * head_c]``,
+        mixed as :class:`HeadMix` mixes, with zeros for the head of a word headed by the root
+        (whose terms :meth:`_table_logits` adds per head, from the head's root vector)."""
+        if role not in self.pair_tables:
+            split = self.splits[role]
+            assert split.heads is not None
+            mixes = torch.tensor(self.pair_mixes)  # (mixes, num_layers)
+            table = torch.empty(len(split.labels), len(mixes), 3 * split.dim, dtype=self.dtype)
+            for chunk in torch.arange(len(split.labels)).split(PAIR_TABLE_TOKENS):
+                heads = split.heads[chunk]
+                x = _rows(split.features, torch.cat([chunk, heads.clamp(min=0)]), 1, self.dtype)
+                with self.autocast():
+                    mixed = (mixes @ x.view(len(x), -1)).to(self.dtype)  # (mixes, 2n * dim)
+                deps, head = mixed.view(len(mixes), 2, len(chunk), -1).unbind(1)
+                head = head.masked_fill((heads < 0)[None, :, None], 0.0)
+                start, stop = int(chunk[0]), int(chunk[-1]) + 1
+                table[start:stop] = torch.cat([deps, head, deps * head], dim=-1).transpose(0, 1)
+            self.pair_tables[role] = table
+        return self.pair_tables[role]
+
+    def _table_logits(
+        self,
+        part: _Part,
+        rows: Sequence[torch.Tensor],
+        roots: Sequence[torch.Tensor],
+        blocks: Sequence[Sequence[int]],
+        groups: torch.Tensor,
+        local: torch.Tensor,
+    ) -> torch.Tensor:
+        """The pair logits ``(h, B, labels)`` of a part's heads ``local`` from the pair table:
+        head ``i`` reads ``rows[groups[i]]`` ``(mixes, B, 3 * dim)``, its minibatch's rows of the
+        table, whose blocks ``blocks[local[i]]`` side by side (a learned mix: the table's layers
+        mixed) make its input; ``roots[g]``: the rows of minibatch ``g`` headed by the root.
+
+        The first map ``W [dep; head; dep * head]`` of an input of ``k`` blocks is the sum of
+        ``k`` maps of the blocks' ``[dep_c; head_c; dep_c * head_c]``, one product for all the
+        heads' blocks; on the rows headed by the root, whose table rows hold a zero head, it adds
+        ``W_head r + W_product (dep * r)`` (``r`` the head's root vector), as
+        :meth:`_pair_logits` computes with ``r`` in place of the head."""
+        assert part.root is not None
+        first = part.probe.first
+        outputs, order = [], []
+        for group in groups.unique().tolist():
+            which = torch.nonzero(groups == group).flatten()
+            heads = local[which]
+            x = self._table_inputs(part, rows[group], [blocks[i] for i in heads.tolist()], heads)
+            weight = _take(first.weight, heads)  # (h, d_out, 3 * width)
+            h, d_out, k = len(heads), weight.shape[1], len(blocks[0])
+            dim = x.shape[-1] // 3
+            # per head and block, the columns of its [dep_c; head_c; dep_c * head_c]
+            pieces = weight.view(h, d_out, 3, k, dim).transpose(1, 3).transpose(2, 3)
+            pieces = pieces.reshape(h * k, d_out, 3 * dim)
+            # (h * k, d_out, B): the outputs along the rows, whose weight gradient (output
+            # gradient times input) then runs in the product's fast layout; the input's
+            # gradient (a learned mix) wants the other
+            y = torch.bmm(x, pieces.mT).mT if x.requires_grad else torch.bmm(pieces, x.mT)
+            root_rows = roots[group]
+            if part.root.vector.requires_grad and len(root_rows):
+                r = _take(part.root.vector, heads).to(x.dtype).view(h * k, 1, dim)
+                deps = x[:, root_rows, :dim]  # (h * k, roots, dim)
+                head_side = torch.cat([r.expand_as(deps), deps * r], dim=-1)
+                y = y.index_add(2, root_rows, torch.bmm(pieces[:, :, dim:], head_side.mT))
+            y = y.view(h, k, *y.shape[1:]).sum(dim=1) if k > 1 else y
+            outputs.append(y + _take(first.bias, heads).to(y.dtype)[:, :, None])
+            order.append(which)
+        y = outputs[0] if len(outputs) == 1 else torch.cat(outputs)[torch.argsort(torch.cat(order))]
+        return part.probe.rest(y.mT, local)
+
+    def _table_inputs(
+        self,
+        part: _Part,
+        rows: torch.Tensor,
+        blocks: Sequence[Sequence[int]],
+        heads: torch.Tensor,
+    ) -> torch.Tensor:
+        """The blocks of heads ``heads`` (positions in ``part``) reading the table rows ``rows``
+        ``(mixes, B, 3 * dim)``: ``(h * k, B, 3 * dim)``, head by head, ``k`` blocks each."""
+        fixed = [mix for head in blocks for mix in head if mix != LEARNED]
+        if len(fixed) == sum(len(head) for head in blocks):
+            return _take(rows, torch.tensor(fixed))
+        assert part.mix is not None
+        s = part.mix.coefficients(heads)  # (h, num_layers)
+        layers = _take(rows, self.layer_mixes)[..., : 2 * rows.shape[-1] // 3]  # [dep; head]
+        with _float32():  # a product over a few layers runs faster in float32 than in bf16
+            dep_head = s @ layers.float().reshape(len(layers), -1)
+        deps, head = dep_head.to(rows.dtype).view(len(heads), *layers.shape[1:]).chunk(2, dim=-1)
+        mixed = torch.cat([deps, head, deps * head], dim=-1)  # (h, B, 3 * dim)
+        if not fixed:
+            return mixed
+        baseline = rows.index_select(0, torch.tensor(fixed))  # (h, B, 3 * dim)
+        return torch.stack([baseline, mixed], dim=1).flatten(0, 1)
 
     def _pair_rows(
         self, split: FeatureDataset, batches: Sequence[torch.Tensor]
@@ -1009,6 +1151,21 @@ class TokenProbes(HeadProbes):
 def _pair_blocks(deps: Sequence[torch.Tensor], heads: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """A pair probe's input ``[dep; head; dep * head]`` as blocks (each side itself in blocks)."""
     return [*deps, *heads, *(dep * head for dep, head in zip(deps, heads, strict=True))]
+
+
+def _table_rows(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """The pair table's ``rows`` ``(mixes, B, 3 * dim)``: a gather of whole rows (consecutive
+    rows, an evaluation's chunk: a slice), mix by mix for the products."""
+    start = int(rows[0]) if len(rows) else 0
+    if torch.equal(rows, torch.arange(start, start + len(rows))):
+        picked = table[start : start + len(rows)]
+    else:
+        picked = table.index_select(0, rows)
+    return picked.transpose(0, 1).contiguous()
+
+
+def _one_hot(layer: int, num_layers: int) -> tuple[float, ...]:
+    return tuple(float(k == layer) for k in range(num_layers))
 
 
 def _rows(

@@ -333,7 +333,10 @@ def plan_jobs(
                     )
                 # split by seed: the concatenation's heads apart from the others'
                 groups = (
-                    [tuple(h for h in heads if (h.mode is FeatureMode.CONCAT) == c) for c in (1, 0)]
+                    [
+                        tuple(h for h in heads if (h.mode is FeatureMode.CONCAT) is concat)
+                        for concat in (True, False)
+                    ]
                     if by_seed
                     else [heads]
                 )
