@@ -996,7 +996,7 @@ class TokenProbes(HeadProbes):
         mixed = torch.cat([deps, head, deps * head], dim=-1)  # (h, B, 3 * dim)
         if not fixed:
             return mixed
-        baseline = rows.index_select(0, torch.tensor(fixed))  # (h, B, 3 * dim)
+        baseline = _take(rows, torch.tensor(fixed))  # (h, B, 3 * dim)
         return torch.stack([baseline, mixed], dim=1).flatten(0, 1)
 
     def _pair_rows(
@@ -1154,14 +1154,9 @@ def _pair_blocks(deps: Sequence[torch.Tensor], heads: Sequence[torch.Tensor]) ->
 
 
 def _table_rows(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """The pair table's ``rows`` ``(mixes, B, 3 * dim)``: a gather of whole rows (consecutive
-    rows, an evaluation's chunk: a slice), mix by mix for the products."""
-    start = int(rows[0]) if len(rows) else 0
-    if torch.equal(rows, torch.arange(start, start + len(rows))):
-        picked = table[start : start + len(rows)]
-    else:
-        picked = table.index_select(0, rows)
-    return picked.transpose(0, 1).contiguous()
+    """The pair table's ``rows`` ``(mixes, B, 3 * dim)``: a gather of whole rows (an evaluation's
+    consecutive chunk: a slice), laid out mix by mix for the products."""
+    return _take(table, rows).transpose(0, 1).contiguous()
 
 
 def _one_hot(layer: int, num_layers: int) -> tuple[float, ...]:
