@@ -1,6 +1,7 @@
 """Probe stage on features extracted from slices of the real data by tiny biLMs: the files the
 report reads, the DVC cell command, a Hydra multirun, and bad input that writes nothing."""
 
+import dataclasses
 import json
 import math
 import shutil
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from fixtures.workspace import SENTENCES, make_workspace
 from omegaconf import DictConfig, OmegaConf
@@ -21,6 +23,7 @@ from elmolab.probing.engine import ProbeSettings
 from elmolab.probing.runner import (
     feature_modes,
     job_arithmetic,
+    load_splits,
     plan_jobs,
     run_cell,
     training_subset,
@@ -384,6 +387,26 @@ def test_learning_curve_subsets_are_fixed_nested_and_in_corpus_order(params: Pat
     assert training_subset(12544, 0.01, settings) != small
     with pytest.raises(ElmolabError, match=r"train_fractions: 1.5 is not in \(0, 1\]"):
         training_subset(100, 1.5, settings)
+
+
+@pytest.mark.parametrize("task", ["upos", "deparc"])
+def test_cells_read_features_standardized_by_their_train_split_unless_turned_off(
+    params: Path, task: str
+) -> None:
+    _, cell = _cell(params, task, [])
+    settings = dataclasses.replace(cell["settings"], encoders=["random"])
+    assert settings.standardize  # the default
+    spec = dataclasses.replace(cell["task"], unseen=settings.unseen)  # as run_cell does
+    standardized, _ = load_splits(spec, cell["data"], settings)
+    raw, _ = load_splits(spec, cell["data"], dataclasses.replace(settings, standardize=False))
+    train = raw["random"]["train"].features.float()
+    mean, std = train.mean(1, keepdim=True), train.std(1, keepdim=True)
+    assert float(std.min()) > 0
+    for role in ("train", "dev", "test"):
+        features = standardized["random"][role].features
+        assert features.dtype == raw["random"][role].features.dtype
+        expected = (raw["random"][role].features.float() - mean) / std
+        torch.testing.assert_close(features.float(), expected, atol=5e-3, rtol=5e-3)
 
 
 @pytest.mark.parametrize("kind", [TaskKind.PAIR, TaskKind.ARC, TaskKind.STRUCTURAL])

@@ -19,6 +19,7 @@ from elmolab.probing import (
     ProbeResult,
     train_heads,
 )
+from elmolab.probing.datasets import standardize_layers
 from elmolab.probing.engine import TokenProbes
 
 LABELS = ["ADJ", "NOUN", "VERB"]
@@ -104,6 +105,53 @@ def test_linear_probes_learn_a_separable_task(splits: tuple[FeatureDataset, ...]
     assert mix.mix_weights is not None and sum(mix.mix_weights) == pytest.approx(1)
     assert mix.mix_weights[1] == max(mix.mix_weights) and mix.gamma is not None
     assert results[2].mix_weights is None and results[2].gamma is None
+
+
+def _scaled(split: FeatureDataset, offset: float, scale: float) -> FeatureDataset:
+    """``split`` with every feature ``offset + scale * x``, in float16 (as feature files store)."""
+    return dataclasses.replace(split, features=(offset + scale * split.features).half())
+
+
+def test_standardize_layers_uses_the_train_statistics_for_every_split(
+    splits: tuple[FeatureDataset, ...],
+) -> None:
+    roles = zip(("train", "dev", "test"), splits, strict=True)
+    raw = {role: _scaled(split, 0.2, 0.05) for role, split in roles}
+    raw["train"].features[2, :, 5] = 0.25  # a dimension that does not vary
+    before = {role: s.features.clone() for role, s in raw.items()}
+    standardize_layers(raw)
+    train = before["train"].float()
+    mean, std = train.mean(1, keepdim=True), train.std(1, keepdim=True)
+    std[2, 0, 5] = 1.0
+    for role, split in raw.items():
+        assert split.features.dtype == torch.float16
+        expected = (before[role].float() - mean) / std
+        torch.testing.assert_close(split.features.float(), expected, atol=2e-3, rtol=2e-3)
+    standardized = raw["train"].features.float()
+    torch.testing.assert_close(standardized.mean(1), torch.zeros(3, 6), atol=1e-3, rtol=0)
+    assert torch.all(standardized[2, :, 5] == 0)
+    torch.testing.assert_close(standardized[:2].std(1), torch.ones(2, 6), atol=1e-3, rtol=0)
+
+    # Two roles of one array (a task that scores on the data it trains on) are standardized once.
+    shared = _scaled(splits[0], 0.2, 0.05)
+    once = shared.features.float()
+    standardize_layers({"train": shared, "dev": shared, "test": _scaled(splits[2], 0.2, 0.05)})
+    expected = (once - once.mean(1, keepdim=True)) / once.std(1, keepdim=True)
+    torch.testing.assert_close(shared.features.float(), expected, atol=2e-3, rtol=2e-3)
+
+
+def test_standardized_features_let_a_probe_reach_weights_that_narrow_features_need(
+    splits: tuple[FeatureDataset, ...],
+) -> None:
+    """Layer 1 varying by 0.02 around 0.5: at the same learning rate and number of epochs the
+    probe of the raw layer stays far below the probe of the standardized one, which learns the
+    task as on well-scaled features."""
+    settings = dataclasses.replace(FAST, lr=0.01, max_epochs=4, patience=4)
+    narrow = tuple(_scaled(s, 0.5, 0.02) for s in splits)
+    (raw,) = _train(narrow, ["layer1"], settings=settings)
+    standardize_layers(dict(zip(("train", "dev", "test"), narrow, strict=True)))
+    (standardized,) = _train(narrow, ["layer1"], settings=settings)
+    assert standardized.test >= 0.95 and raw.test < 0.6
 
 
 def test_noise_layer_stays_near_chance(splits: tuple[FeatureDataset, ...]) -> None:

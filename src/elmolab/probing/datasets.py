@@ -34,6 +34,35 @@ class _Layers:
         return self.features.shape[2]
 
 
+def standardize_layers(splits: dict[str, _Layers], reference: str = "train") -> None:
+    """Standardize every split's features in place, each layer's every dimension by the mean and
+    standard deviation of that layer and dimension over the tokens of ``splits[reference]``.
+
+    For a probe that reads one layer, or layers side by side, this changes no function it can
+    express (an affine map per input dimension folds into its first map; a head's bilinear or
+    distance score gains at most terms that are the same for every candidate), but it changes
+    what Adam's steps are worth: a layer whose values vary by 0.05 around 0.2 (a random LSTM's)
+    needs weights 20 times larger, and a probe at a fixed learning rate creeps towards them for
+    many epochs and stops far from them. Mixes of layers (mean, scalar mix) then mix the
+    standardized layers, each on the same scale. A dimension that does not vary is only centred.
+    """
+    features = splits[reference].features
+    mean = torch.empty(features.shape[0], 1, features.shape[2])
+    std = torch.empty_like(mean)
+    for layer in range(features.shape[0]):  # one layer in float32 at a time
+        values = features[layer].float()
+        std[layer, 0], mean[layer, 0] = torch.std_mean(values, dim=0)
+    std = torch.where(std > 0, std, torch.ones_like(std))
+    done: set[int] = set()
+    for split in splits.values():
+        if split.features.data_ptr() in done:  # two roles of one array: standardized once
+            continue
+        done.add(split.features.data_ptr())
+        for layer in range(split.features.shape[0]):
+            values = split.features[layer]
+            values.copy_((values.float() - mean[layer]) / std[layer])
+
+
 def _check_features(features: torch.Tensor) -> int:
     """The number of tokens of float ``(num_layers, tokens, dim)`` features; ValueError else."""
     if features.dim() != 3 or not features.is_floating_point():

@@ -61,7 +61,7 @@ from elmolab.io.results import (
     run_folder,
 )
 from elmolab.models.scalar_mix import FeatureMode
-from elmolab.probing.datasets import FeatureDataset, TreeDataset
+from elmolab.probing.datasets import FeatureDataset, TreeDataset, standardize_layers
 from elmolab.probing.engine import (
     Head,
     ProbeResult,
@@ -367,7 +367,8 @@ def load_splits(
     task: TaskConfig, data: DataCatalog, settings: ProbeSettings
 ) -> tuple[dict[str, dict[str, Any]], TaskLabels | None]:
     """Every encoder's train, dev and test split of ``task``, each one contiguous array in its
-    stored type, and (token and pair tasks) the task's labels."""
+    stored type (with ``probe.standardize``, each layer standardized by its train split's
+    statistics), and (token and pair tasks) the task's labels."""
     sources = task_sources(task, data)
     kind = TaskKind(task.kind)
     splits: dict[str, dict[str, Any]] = {}
@@ -396,6 +397,8 @@ def load_splits(
                     path=path,
                 )
             splits[encoder][role] = split
+        if settings.standardize:
+            standardize_layers(splits[encoder])
     return splits, labels
 
 
