@@ -117,20 +117,26 @@ def test_standardize_layers_uses_the_train_statistics_for_every_split(
 ) -> None:
     roles = zip(("train", "dev", "test"), splits, strict=True)
     raw = {role: _scaled(split, 0.2, 0.05) for role, split in roles}
-    raw["train"].features[2, :, 5] = 0.25  # a dimension that does not vary
+    raw["train"].features[2, :, 5] = 0.25  # a dimension that does not vary in train
+    raw["train"].features[1, :, 4] = 0.25  # one that varies in a single token, by float16's step
+    raw["train"].features[1, 0, 4] = 0.2502
     before = {role: s.features.clone() for role, s in raw.items()}
     standardize_layers(raw)
     train = before["train"].float()
     mean, std = train.mean(1, keepdim=True), train.std(1, keepdim=True)
-    std[2, 0, 5] = 1.0
+    # Divided by a thousandth of its layer's median deviation at least: by its own 1.4e-5, dev's
+    # values would come out as large as 1.2e4, and values a little further off past float16's.
+    assert float(std[1, 0, 4]) < 1e-3 * float(std[1, 0].median())
+    std[1, 0, 4] = 1e-3 * std[1, 0].median()
+    std[2, 0, 5] = 1e-3 * std[2, 0].median()
     for role, split in raw.items():
-        assert split.features.dtype == torch.float16
+        assert split.features.dtype == torch.float16 and bool(split.features.isfinite().all())
         expected = (before[role].float() - mean) / std
         torch.testing.assert_close(split.features.float(), expected, atol=2e-3, rtol=2e-3)
     standardized = raw["train"].features.float()
     torch.testing.assert_close(standardized.mean(1), torch.zeros(3, 6), atol=1e-3, rtol=0)
     assert torch.all(standardized[2, :, 5] == 0)
-    torch.testing.assert_close(standardized[:2].std(1), torch.ones(2, 6), atol=1e-3, rtol=0)
+    torch.testing.assert_close(standardized[0].std(0), torch.ones(6), atol=1e-3, rtol=0)
 
     # Two roles of one array (a task that scores on the data it trains on) are standardized once.
     shared = _scaled(splits[0], 0.2, 0.05)

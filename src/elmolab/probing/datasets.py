@@ -34,6 +34,11 @@ class _Layers:
         return self.features.shape[2]
 
 
+# standardize_layers: the smallest deviation a dimension is divided by, relative to its layer's
+# median dimension (the default run's narrowest dimension is about half its layer's median).
+MIN_RELATIVE_STD = 1e-3
+
+
 def standardize_layers(splits: dict[str, _Layers], reference: str = "train") -> None:
     """Standardize every split's features in place, each layer's every dimension by the mean and
     standard deviation of that layer and dimension over the tokens of ``splits[reference]``.
@@ -44,14 +49,20 @@ def standardize_layers(splits: dict[str, _Layers], reference: str = "train") -> 
     what Adam's steps are worth: a layer whose values vary by 0.05 around 0.2 (a random LSTM's)
     needs weights 20 times larger, and a probe at a fixed learning rate creeps towards them for
     many epochs and stops far from them. Mixes of layers (mean, scalar mix) then mix the
-    standardized layers, each on the same scale. A dimension that does not vary is only centred.
+    standardized layers, each on the same scale.
+
+    A dimension that varies less than ``MIN_RELATIVE_STD`` times its layer's median dimension is
+    divided by that much instead (one that does not vary at all is only centred): dividing by a
+    near-zero deviation would blow a dev value off the train value up beyond float16's range.
     """
     features = splits[reference].features
     mean = torch.empty(features.shape[0], 1, features.shape[2])
     std = torch.empty_like(mean)
     for layer in range(features.shape[0]):  # one layer in float32 at a time
         values = features[layer].float()
-        std[layer, 0], mean[layer, 0] = torch.std_mean(values, dim=0)
+        deviation, mean[layer, 0] = torch.std_mean(values, dim=0)
+        floor = MIN_RELATIVE_STD * float(deviation.median())
+        std[layer, 0] = deviation.clamp(min=floor) if floor > 0 else 1.0
     std = torch.where(std > 0, std, torch.ones_like(std))
     done: set[int] = set()
     for split in splits.values():
