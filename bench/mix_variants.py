@@ -8,7 +8,8 @@ With no overrides a variant reproduces the default run's heads exactly (same see
 
 Run: .venv/bin/python bench/mix_variants.py structural \\
          default= mix_lr_x10=probe.mix_lr=0.1 layer_norm=probe.layer_norm=true
-A variant is ``name=override[,override...]``; e.g. ``patience4=probe.tree.patience=4``.
+A variant is ``name=override[,override...]``; e.g. ``patience4=probe.tree.patience=4``, or
+``raw=probe.standardize=false`` (the features as stored).
 """
 
 from __future__ import annotations
@@ -50,17 +51,18 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; one thread")
-    splits = labels = task = None
+    # The data once per probe.standardize (how it is loaded); other overrides change training only.
+    loaded: dict[bool, tuple] = {}
     for name, overrides in args.variants:
         cfg = OmegaConf.create(compose_params(ROOT / "conf", overrides))
         OmegaConf.update(cfg, "probe.features_dir", args.features)
         settings = section(cfg, "probe", ProbeSettings)
         settings.encoders = [args.encoder]
-        if splits is None:  # the data once; the variants change probe settings only
+        if settings.standardize not in loaded:
             task = section(cfg, "grid", GridConfig).tasks[args.task]
             catalog = section(cfg, "extract", ExtractConfig).catalog()
-            splits, labels = load_splits(task, catalog, settings)
-        assert task is not None
+            loaded[settings.standardize] = (task, *load_splits(task, catalog, settings))
+        task, splits, labels = loaded[settings.standardize]
         heads = [Head(FeatureMode(m), seed) for m in args.modes for seed in args.seeds]
         started = time.perf_counter()
         results = train_heads(
