@@ -62,8 +62,7 @@ def standardize_layers(splits: dict[str, _Layers], reference: str = "train") -> 
         values = features[layer].float()
         deviation, mean[layer, 0] = torch.std_mean(values, dim=0)
         floor = MIN_RELATIVE_STD * float(deviation.median())
-        std[layer, 0] = deviation.clamp(min=floor) if floor > 0 else 1.0
-    std = torch.where(std > 0, std, torch.ones_like(std))
+        std[layer, 0] = torch.where(deviation > 0, deviation.clamp(min=floor), 1.0)
     done: set[int] = set()
     for split in splits.values():
         if split.features.data_ptr() in done:  # two roles of one array: standardized once
