@@ -55,22 +55,17 @@ def standardize_layers(splits: dict[str, _Layers], reference: str = "train") -> 
     divided by that much instead (one that does not vary at all is only centred): dividing by a
     near-zero deviation would blow a dev value off the train value up beyond float16's range.
     """
-    features = splits[reference].features
-    mean = torch.empty(features.shape[0], 1, features.shape[2])
-    std = torch.empty_like(mean)
-    for layer in range(features.shape[0]):  # one layer in float32 at a time
-        values = features[layer].float()
-        deviation, mean[layer, 0] = torch.std_mean(values, dim=0)
+    train = splits[reference].features
+    # each array once, where two roles share one (a task scored on the data it trains on)
+    arrays = {split.features.data_ptr(): split.features for split in splits.values()}.values()
+    for layer in range(train.shape[0]):  # one layer in float32 at a time
+        values = train[layer].float()
+        deviation, mean = torch.std_mean(values, dim=0)
         floor = MIN_RELATIVE_STD * float(deviation.median())
-        std[layer, 0] = torch.where(deviation > 0, deviation.clamp(min=floor), 1.0)
-    done: set[int] = set()
-    for split in splits.values():
-        if split.features.data_ptr() in done:  # two roles of one array: standardized once
-            continue
-        done.add(split.features.data_ptr())
-        for layer in range(split.features.shape[0]):
-            values = split.features[layer]
-            values.copy_((values.float() - mean[layer]) / std[layer])
+        std = torch.where(deviation > 0, deviation.clamp(min=floor), 1.0)
+        for features in arrays:
+            source = values if features is train else features[layer].float()
+            features[layer].copy_((source - mean) / std)
 
 
 def _check_features(features: torch.Tensor) -> int:
