@@ -9,9 +9,9 @@ sets, float32, each side in a process of its own with one thread, the two side b
 - **old engine**: the old commit's ``train_probe`` with its ``conf/probe/default.yaml`` (its
   learning rate, epoch cap and patience; a constant learning rate; the scalar mix at the probe's
   learning rate); its source comes from ``git archive`` of ``--old-commit`` into ``--out``;
-- **probe engine, old schedule**: ``train_heads`` with the old learning rate, epoch cap and
-  patience, ``lr_decay`` 1, ``min_delta`` 0, ``mix_lr`` = the old learning rate, ``32-true``: the
-  engine alone changes.
+- **probe engine, old schedule**: ``train_heads`` with the old learning rate (token and pair
+  probes alike), epoch cap and patience, ``lr_decay`` 1, ``min_delta`` 0, ``mix_lr`` = the old
+  learning rate, ``32-true``: the engine alone changes.
 
 Prints, per task, both wall times and a table (mean +- standard deviation over seeds of the test
 score, points; "within spread": the means differ by at most the larger of the two standard
@@ -97,6 +97,7 @@ def _new_side(payload: dict, schedule: dict) -> dict:
     settings = dataclasses.replace(
         settings,
         lr=schedule["lr"],
+        pair_lr=schedule["lr"],  # the old loop had one rate for token and pair probes
         mix_lr=schedule["lr"],
         max_epochs=schedule["max_epochs"],
         patience=schedule["patience"],

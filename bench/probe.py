@@ -101,7 +101,7 @@ def job_epoch_seconds(kind: TaskKind, splits, labels, task, settings, heads, ste
         probes = (ArcProbes if kind is TaskKind.ARC else StructuralProbes)(heads, splits, settings)
     else:
         probes = TokenProbes(heads, splits, labels.vocabulary, task.metric, settings)
-    optimizer = HeadAdam(probes.parameter_groups(Schedule.of(settings, kind.is_tree)), len(heads))
+    optimizer = HeadAdam(probes.parameter_groups(Schedule.of(settings, kind.value)), len(heads))
     shuffles = [torch.Generator().manual_seed(seed) for seed in probes.seeds]
     active = torch.ones(len(heads), dtype=torch.bool)
     epoch = list(probes.epoch_steps(shuffles))

@@ -20,12 +20,13 @@ from elmolab.probing import (
     train_heads,
 )
 from elmolab.probing.datasets import standardize_layers
-from elmolab.probing.engine import TokenProbes
+from elmolab.probing.engine import Schedule, TokenProbes
 
 LABELS = ["ADJ", "NOUN", "VERB"]
 FAST = dataclasses.replace(
     default_probe_settings(),
     lr=0.05,
+    pair_lr=0.05,
     mix_lr=0.05,
     lr_decay=1.0,
     batch_size=32,
@@ -363,6 +364,30 @@ def test_pair_probe_reads_the_head_from_half_precision_features() -> None:
     vocabulary = LabelVocabulary([*LABELS, "root"])
     (result,) = _train((train, dev, test), ["layer1"], vocabulary=vocabulary)
     assert result.test >= 0.95
+
+
+def test_pair_probes_train_at_pair_lr_and_token_probes_at_lr() -> None:
+    """``probe.pair_lr`` is the pair probes' learning rate and ``probe.lr`` the token probes':
+    each kind's fit is the same whatever the other kind's rate, and changes with its own."""
+    pair_splits = tuple(_split(n, seed, pair=True)[0] for n, seed in ((40, 0), (10, 1), (10, 2)))
+    token_splits = tuple(_split(n, seed)[0] for n, seed in ((40, 0), (10, 1), (10, 2)))
+    pair_vocabulary = LabelVocabulary([*LABELS, "root"])
+    settings = dataclasses.replace(FAST, max_epochs=3, patience=3)
+
+    def histories(splits, vocabulary, lr: float, pair_lr: float) -> list:
+        varied = dataclasses.replace(settings, lr=lr, pair_lr=pair_lr)
+        results = _train(splits, ["layer1"], vocabulary=vocabulary, settings=varied)
+        return [(epoch.train_loss, epoch.dev_loss) for epoch in results[0].history]
+
+    pair = histories(pair_splits, pair_vocabulary, 0.05, 0.01)
+    assert histories(pair_splits, pair_vocabulary, 0.3, 0.01) == pair
+    assert histories(pair_splits, pair_vocabulary, 0.05, 0.05) != pair
+    token = histories(token_splits, None, 0.05, 0.01)
+    assert histories(token_splits, None, 0.05, 0.3) == token
+    assert histories(token_splits, None, 0.01, 0.01) != token
+    assert Schedule.of(settings, "pair").lr == 0.05 and Schedule.of(settings, "token").lr == 0.05
+    with pytest.raises(ValueError, match="unknown probe kind"):
+        Schedule.of(settings, "wsd")
 
 
 def test_span_metric_selects_on_span_f1_and_reports_untyped_f1(

@@ -96,7 +96,8 @@ class ProbeSettings:
     hidden_dim: int  # mlp only
     dropout: float  # mlp only
     root: str  # pair and arc tasks: the vector standing for the root, learned | zeros
-    lr: float  # Adam, the probe's own parameters (token and pair tasks)
+    lr: float  # Adam, the probe's own parameters (token tasks)
+    pair_lr: float  # Adam, the probe's own parameters (pair tasks)
     mix_lr: float  # Adam, the learned scalar mix (every task)
     lr_decay: float  # lr factor after an epoch without improvement (token and pair tasks)
     weight_decay: float  # on the classifier (token and pair tasks)
@@ -141,6 +142,7 @@ class ProbeSettings:
                 )
         for key, value in (
             ("lr", self.lr),
+            ("pair_lr", self.pair_lr),
             ("mix_lr", self.mix_lr),
             ("tree.lr", self.tree.lr),
         ):
@@ -190,14 +192,17 @@ class Schedule:
     min_delta: float
 
     @classmethod
-    def of(cls, settings: ProbeSettings, tree: bool) -> Schedule:
-        if tree:
+    def of(cls, settings: ProbeSettings, kind: str) -> Schedule:
+        """The schedule of probe ``kind``: token, pair, arc or structural."""
+        if kind in ("arc", "structural"):
             t = settings.tree
             return cls(
                 t.lr, settings.mix_lr, t.lr_decay, t.max_epochs, t.patience, 0.0, settings.min_delta
             )
+        if kind not in ("token", "pair"):
+            raise ValueError(f"unknown probe kind {kind!r}")
         return cls(
-            settings.lr,
+            settings.pair_lr if kind == "pair" else settings.lr,
             settings.mix_lr,
             settings.lr_decay,
             settings.max_epochs,
@@ -1584,7 +1589,7 @@ def train_heads(
         probes = StructuralProbes(heads, splits, settings)  # type: ignore[arg-type]
     else:
         raise ValueError(f"unknown probe kind {kind!r}")
-    fit = fit_heads(probes, Schedule.of(settings, tree=kind in ("arc", "structural")))
+    fit = fit_heads(probes, Schedule.of(settings, kind))
     return probes.results(fit)
 
 
@@ -1602,5 +1607,5 @@ def online_code_block(
     best state."""
     settings.check()
     probes = TokenProbes(heads, splits, vocabulary, metric, settings)
-    fit_heads(probes, Schedule.of(settings, tree=False))
+    fit_heads(probes, Schedule.of(settings, "token"))
     return probes.code_lengths("block")
