@@ -147,6 +147,32 @@ def test_standardize_layers_uses_the_train_statistics_for_every_split(
     torch.testing.assert_close(shared.features.float(), expected, atol=2e-3, rtol=2e-3)
 
 
+@dataclasses.dataclass
+class _Raw:
+    """A split as standardize_layers reads it: its features alone."""
+
+    features: torch.Tensor
+
+
+def test_standardize_layers_only_centres_dimensions_constant_over_a_long_train_split() -> None:
+    """Over 12,345 train tokens a float32 mean of equal values need not equal them: a constant
+    dimension must still end exactly 0 in train, and dev's be centred on the constant, unscaled
+    (not the rounding error divided by a deviation made of rounding errors)."""
+    generator = torch.Generator().manual_seed(0)
+    train = (0.2 + 0.05 * torch.randn(3, 12345, 64, generator=generator)).half()
+    constants = torch.randn(3, 1, 32, generator=generator).half()
+    train[:, :, :32] = constants
+    dev = (0.2 + 0.05 * torch.randn(3, 50, 64, generator=generator)).half()
+    before = dev.clone()
+    splits = {"train": _Raw(train), "dev": _Raw(dev)}
+    standardize_layers(splits)
+    assert torch.all(train[:, :, :32] == 0)
+    expected = (before[:, :, :32].float() - constants.float()).half()
+    assert torch.equal(dev[:, :, :32], expected)
+    varying = train[:, :, 32:].float()
+    torch.testing.assert_close(varying.std(1), torch.ones(3, 32), atol=2e-3, rtol=0)
+
+
 def test_standardized_features_let_a_probe_reach_weights_that_narrow_features_need(
     splits: tuple[FeatureDataset, ...],
 ) -> None:
@@ -385,7 +411,8 @@ def test_pair_probes_train_at_pair_lr_and_token_probes_at_lr() -> None:
     token = histories(token_splits, None, 0.05, 0.01)
     assert histories(token_splits, None, 0.05, 0.3) == token
     assert histories(token_splits, None, 0.01, 0.01) != token
-    assert Schedule.of(settings, "pair").lr == 0.05 and Schedule.of(settings, "token").lr == 0.05
+    rates = dataclasses.replace(settings, lr=0.02, pair_lr=0.07)
+    assert Schedule.of(rates, "pair").lr == 0.07 and Schedule.of(rates, "token").lr == 0.02
     with pytest.raises(ValueError, match="unknown probe kind"):
         Schedule.of(settings, "wsd")
 

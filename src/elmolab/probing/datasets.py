@@ -59,14 +59,18 @@ def standardize_layers(splits: dict[str, _Layers], reference: str = "train") -> 
     # each array once, where two roles share one (a task scored on the data it trains on)
     arrays = {split.features.data_ptr(): split.features for split in splits.values()}.values()
     for layer in range(train.shape[0]):  # one layer in float32 at a time
+        # Whether a dimension varies, from the stored values: a float32 mean of many equal values
+        # need not come out equal to them, which would leave a constant a rounding error to
+        # divide by.
+        varies = train[layer].amax(dim=0) > train[layer].amin(dim=0)
         centred = train[layer].float()
-        mean = centred.mean(dim=0)
+        mean = torch.where(varies, centred.mean(dim=0), centred[0])
         centred -= mean
         # Two passes, the mean and then the centred squares (as torch.std_mean within 1e-6 of
         # the deviation, and over the tokens axis 10 times faster on one thread).
         deviation = centred.square().sum(dim=0).div_(len(centred) - 1).sqrt_()
         floor = MIN_RELATIVE_STD * float(deviation.median())
-        std = torch.where(deviation > 0, deviation.clamp(min=floor), 1.0)
+        std = torch.where(varies, deviation.clamp(min=floor), 1.0)
         for features in arrays:
             if features is train:
                 features[layer].copy_(centred.div_(std))
