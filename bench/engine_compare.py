@@ -101,6 +101,7 @@ def _new_side(payload: dict, schedule: dict) -> dict:
         mix_lr=schedule["lr"],
         max_epochs=schedule["max_epochs"],
         patience=schedule["patience"],
+        max_stalls=schedule["max_epochs"],  # the old loop stopped on patience alone
         lr_decay=1.0,
         min_delta=0.0,
         precision="32-true",

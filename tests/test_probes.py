@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import default_probe_settings
+from torch.nn import functional as F
 
 from elmolab.errors import ElmolabError
 from elmolab.models.scalar_mix import FeatureMode
@@ -20,7 +21,7 @@ from elmolab.probing import (
     train_heads,
 )
 from elmolab.probing.datasets import standardize_layers
-from elmolab.probing.engine import Schedule, TokenProbes
+from elmolab.probing.engine import Schedule, TokenProbes, made_progress
 
 LABELS = ["ADJ", "NOUN", "VERB"]
 FAST = dataclasses.replace(
@@ -238,6 +239,22 @@ def test_heads_trained_together_equal_each_trained_alone(
             assert result.mix_weights == pytest.approx(alone.mix_weights, rel=1e-5)
 
 
+def _mixed_token_probes(
+    heads: list[Head], splits: tuple[FeatureDataset, ...], settings
+) -> TokenProbes:
+    """Token probes of ``heads`` on (train, dev, test) ``splits``, their learned mixes moved away
+    from the uniform start (random logits and scales)."""
+    named = dict(zip(("train", "dev", "test"), splits, strict=True))
+    probes = TokenProbes(heads, named, LabelVocabulary(LABELS), "accuracy", settings)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for part in probes.parts:
+            if part.mix is not None:
+                part.mix.w.normal_(generator=generator)
+                part.mix.gamma.uniform_(0.5, 2.0, generator=generator)
+    return probes
+
+
 @pytest.mark.parametrize("layer_norm", [False, True])
 @pytest.mark.parametrize("kind", ["linear", "mlp"])
 def test_folded_token_heads_equal_mixing_then_classifying(kind: str, layer_norm: bool) -> None:
@@ -250,14 +267,7 @@ def test_folded_token_heads_equal_mixing_then_classifying(kind: str, layer_norm:
     modes = ["layer0", "layer1", "layer2", "mean", "scalar_mix", "concat"]
     heads = [Head(FeatureMode(mode), seed) for mode in modes for seed in (1, 2)]
     heads += [Head(FeatureMode(mode), 1, baseline=True) for mode in ("layer2", "scalar_mix")]
-    splits = {"train": train, "dev": dev, "test": test}
-    probes = TokenProbes(heads, splits, LabelVocabulary(LABELS), "accuracy", settings)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # learned mixes away from their uniform start
-        for part in probes.parts:
-            if part.mix is not None:
-                part.mix.w.normal_(generator=generator)
-                part.mix.gamma.uniform_(0.5, 2.0, generator=generator)
+    probes = _mixed_token_probes(heads, (train, dev, test), settings)
     probes.eval()
     batches = [torch.arange(0, 24), torch.arange(200, 224)]  # a minibatch per seed
     active = torch.ones(len(heads), dtype=torch.bool)
@@ -392,6 +402,42 @@ def test_pair_probe_reads_the_head_from_half_precision_features() -> None:
     assert result.test >= 0.95
 
 
+def test_linear_token_step_loss_equals_the_cross_entropy_of_the_heads_logits() -> None:
+    """Linear token heads take their step loss straight from each minibatch's product
+    (``TokenProbes._linear_step_loss``): each head's loss and every parameter's gradient are the
+    reference computation's, the cross-entropy of the head's logits (``_part_logits``) plus its
+    mix penalty, with stopped heads left out."""
+    train, dev, test = (_split(n, seed)[0] for n, seed in ((40, 0), (10, 1), (10, 2)))
+    settings = dataclasses.replace(FAST, l2_lambda=0.1)
+    modes = ["layer0", "layer1", "mean", "scalar_mix", "concat"]
+    heads = [Head(FeatureMode(mode), seed) for mode in modes for seed in (1, 2)]
+    heads += [Head(FeatureMode("scalar_mix"), 2, baseline=True)]
+    probes = _mixed_token_probes(heads, (train, dev, test), settings)
+    step = [torch.arange(0, 24), torch.arange(100, 124)]  # a minibatch per seed
+    active = torch.ones(len(heads), dtype=torch.bool)
+    active[2] = False  # a stopped head
+    total, losses, counts = probes._linear_step_loss(step, active)
+    expected = torch.zeros(len(heads), dtype=torch.float64)
+    reference = torch.zeros(())
+    for part, local, numbers, logits in probes._part_logits(
+        "train", step, probes.seed_group, active
+    ):
+        gold = torch.stack([train.labels[batch] for batch in step])[probes.seed_group[numbers]]
+        head_losses = F.cross_entropy(logits.transpose(1, 2), gold, reduction="none").mean(dim=1)
+        head_losses = head_losses + probes.penalty(part, local)
+        expected[numbers] = head_losses.detach().double()
+        reference = reference + head_losses.sum()
+    torch.testing.assert_close(losses, expected, rtol=1e-6, atol=1e-7)
+    assert losses[2] == 0 and counts.tolist() == [24.0] * len(heads)
+    parameters = [p for p in probes.parameters() if p.requires_grad]
+    mine = torch.autograd.grad(total, parameters, allow_unused=True)
+    theirs = torch.autograd.grad(reference, parameters, allow_unused=True)
+    for a, b in zip(mine, theirs, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_pair_probes_train_at_pair_lr_and_token_probes_at_lr() -> None:
     """``probe.pair_lr`` is the pair probes' learning rate and ``probe.lr`` the token probes':
     each kind's fit is the same whatever the other kind's rate, and changes with its own."""
@@ -497,3 +543,27 @@ def test_control_task_is_per_type_consistent_and_seeded() -> None:
     assert relabelled[0] != ControlTask.from_sentences(train_tags, seed=4).relabel([words])[0]
     share = {tag: relabelled[0].count(tag) / len(words) for tag in control.tags}
     assert share == pytest.approx({"ADJ": 0.1, "NOUN": 0.6, "VERB": 0.3}, abs=0.04)
+
+
+def test_a_head_stops_at_its_max_stalls_th_epoch_without_progress() -> None:
+    """``max_stalls`` stops a head at its n-th epoch without progress in all, in a row or not, and
+    cuts the run short without changing it: the history is the unlimited run's, up to there."""
+    splits = tuple(_split(n, seed)[0] for n, seed in ((40, 0), (10, 1), (10, 2)))
+    free_settings = dataclasses.replace(
+        FAST, lr=0.3, max_epochs=12, patience=12, max_stalls=12, min_delta=0.015
+    )
+    (free,) = _train(splits, ["layer1"], settings=free_settings)
+    assert free.epochs == 12
+    stalls, mark = [], None
+    for epoch in free.history:
+        score, loss = epoch.dev_metric, epoch.dev_loss
+        if mark is None or made_progress(score, loss, mark, free_settings.min_delta, False):
+            mark = (score, loss)
+        else:
+            stalls.append(epoch.epoch)
+    assert len(stalls) >= 3 and stalls[2] - stalls[0] > 2  # not all in a row
+    (cut,) = _train(splits, ["layer1"], settings=dataclasses.replace(free_settings, max_stalls=3))
+    assert cut.epochs == stalls[2] and not cut.hit_epoch_cap
+    assert cut.history == free.history[: stalls[2]]
+    kept = max(cut.history, key=lambda epoch: (epoch.dev_metric, -epoch.dev_loss))
+    assert cut.best_epoch == kept.epoch

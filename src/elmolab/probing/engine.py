@@ -30,9 +30,9 @@ when the score rises by more than ``min_delta`` over the last progress (or, the 
 or for the structural probe, the loss falls by more than the share ``min_delta``): dev differences
 smaller than that are noise, and counting them kept heads crawling for dozens of epochs. An epoch
 without progress multiplies the head's learning rate by ``lr_decay``; ``patience`` of them in a
-row stop the head, whose best state then scores test once. A head still making progress at
-``max_epochs`` is reported with ``hit_epoch_cap``. Training ends when every head has stopped;
-stopped heads take no more compute.
+row, or ``max_stalls`` in all, stop the head, whose best state then scores test once. A head
+still making progress at ``max_epochs`` is reported with ``hit_epoch_cap``. Training ends when
+every head has stopped; stopped heads take no more compute.
 
 The learned scalar mix (``w``, ``gamma``) has its own learning rate (``probe.mix_lr``) and the L2
 penalty ``l2_lambda * |w|^2`` in the loss, as the task model's part it is in ELMo.
@@ -83,6 +83,7 @@ class TreeSettings:
     batch_tokens: int  # whole sentences per step, about this many words
     max_epochs: int
     patience: int  # epochs without improvement before a head stops
+    max_stalls: int  # epochs without improvement in all (not in a row) before a head stops
     rank: int  # structural probe: rows of the linear map B
 
 
@@ -103,7 +104,8 @@ class ProbeSettings:
     weight_decay: float  # on the classifier (token and pair tasks)
     batch_size: int  # tokens per step (token and pair tasks)
     max_epochs: int
-    patience: int  # epochs without progress before a head stops
+    patience: int  # epochs without progress in a row before a head stops
+    max_stalls: int  # epochs without progress in all (not in a row) before a head stops
     min_delta: float  # progress: the dev score up by more than this (or the loss by this share)
     layer_norm: bool  # normalize each layer before mixing
     standardize: bool  # each layer's dimensions by the train split's mean and std (load_splits)
@@ -132,10 +134,10 @@ class ProbeSettings:
             raise ElmolabError(
                 f"probe.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
             )
-        for key in ("batch_size", "max_epochs", "patience", "workers", "hidden_dim"):
+        for key in ("batch_size", "max_epochs", "patience", "max_stalls", "workers", "hidden_dim"):
             if getattr(self, key) < 1:
                 raise ElmolabError(f"probe.{key} must be at least 1, got {getattr(self, key)}")
-        for key in ("batch_tokens", "max_epochs", "patience", "rank"):
+        for key in ("batch_tokens", "max_epochs", "patience", "max_stalls", "rank"):
             if getattr(self.tree, key) < 1:
                 raise ElmolabError(
                     f"probe.tree.{key} must be at least 1, got {getattr(self.tree, key)}"
@@ -188,6 +190,7 @@ class Schedule:
     lr_decay: float
     max_epochs: int
     patience: int
+    max_stalls: int
     weight_decay: float
     min_delta: float
 
@@ -197,7 +200,14 @@ class Schedule:
         if kind in ("arc", "structural"):
             t = settings.tree
             return cls(
-                t.lr, settings.mix_lr, t.lr_decay, t.max_epochs, t.patience, 0.0, settings.min_delta
+                t.lr,
+                settings.mix_lr,
+                t.lr_decay,
+                t.max_epochs,
+                t.patience,
+                t.max_stalls,
+                0.0,
+                settings.min_delta,
             )
         if kind not in ("token", "pair"):
             raise ValueError(f"unknown probe kind {kind!r}")
@@ -207,6 +217,7 @@ class Schedule:
             settings.lr_decay,
             settings.max_epochs,
             settings.patience,
+            settings.max_stalls,
             settings.weight_decay,
             settings.min_delta,
         )
@@ -651,6 +662,7 @@ def fit_heads(probes: HeadProbes, schedule: Schedule) -> FitTrace:
     best_epochs = [0] * heads
     marks: list[tuple[float, float] | None] = [None] * heads  # (score, loss) of the last progress
     since = [0] * heads  # the epoch of the last progress
+    stalls = [0] * heads  # epochs without progress so far
     histories: list[list[EpochRecord]] = [[] for _ in range(heads)]
     for epoch in range(1, schedule.max_epochs + 1):
         probes.train()
@@ -673,11 +685,13 @@ def fit_heads(probes: HeadProbes, schedule: Schedule) -> FitTrace:
                 best_keys[h], best_epochs[h] = key, epoch
                 improved[h] = True
             mark = marks[h]
-            if mark is None or _progress(
+            if mark is None or made_progress(
                 score, loss, mark, schedule.min_delta, probes.lower_is_better
             ):
                 marks[h], since[h] = (score, loss), epoch
-            elif epoch - since[h] >= schedule.patience:
+                continue
+            stalls[h] += 1
+            if epoch - since[h] >= schedule.patience or stalls[h] >= schedule.max_stalls:
                 active[h] = False
                 optimizer.scale[h] = 0.0
             else:
@@ -690,7 +704,7 @@ def fit_heads(probes: HeadProbes, schedule: Schedule) -> FitTrace:
     return FitTrace(histories, best_epochs, active.tolist(), time.perf_counter() - started)
 
 
-def _progress(
+def made_progress(
     score: float, loss: float, mark: tuple[float, float], min_delta: float, loss_only: bool
 ) -> bool:
     """Whether a dev result is progress over ``mark`` (the last one that was): a score higher by
@@ -787,6 +801,7 @@ class TokenProbes(HeadProbes):
         self.batch_size = settings.batch_size
         self.min_epoch_tokens = settings.min_epoch_tokens
         self.bits = bits
+        self.linear = settings.kind == "linear"
         # Token probes read each token's layers side by side (:meth:`_folded_logits`), from one
         # copy of each split in that layout and the probes' type: a minibatch's gather is then
         # one contiguous row per token.
@@ -883,20 +898,14 @@ class TokenProbes(HeadProbes):
             layers = x.view(*x.shape[:2], self.num_layers, -1).permute(2, 0, 1, 3)
             normalized = normalize_layers(layers, None).permute(1, 2, 0, 3).reshape(x.shape)
             inputs[True] = normalized.to(self.dtype)
-        members, weights, biases, keys = [], [], [], []
-        for part in self.parts:
-            local, numbers = self.members(part, active)
-            if not len(local):
-                continue
-            weight, bias = part.probe.first.folded(self.layer_coefficients(part, local), local)
-            members.append((part, local, numbers))
-            weights.append(weight)
-            biases.append(bias)
-            normalized = self.layer_norm and part.mix is not None
-            keys.append(groups[numbers] * 2 + int(normalized))
+        members, weight, bias = self._folded_maps(active)
         if not members:
             return []
-        weight, bias, key = torch.cat(weights), torch.cat(biases), torch.cat(keys)
+        keys = [
+            groups[numbers] * 2 + int(self.layer_norm and part.mix is not None)
+            for part, _, numbers in members
+        ]
+        key = torch.cat(keys)
         outputs, order = [], []
         for k in key.unique().tolist():
             index = torch.nonzero(key == k).flatten()
@@ -910,6 +919,51 @@ class TokenProbes(HeadProbes):
             (part, local, numbers, part.probe.rest(piece, local))
             for (part, local, numbers), piece in zip(members, pieces, strict=True)
         ]
+
+    def _folded_maps(
+        self, active: torch.Tensor
+    ) -> tuple[list[tuple[_Part, torch.Tensor, torch.Tensor]], torch.Tensor, torch.Tensor]:
+        """The ``active`` heads' first maps folded onto the layers side by side
+        (:meth:`HeadLinear.folded`): per part with active heads, the heads' positions in the part
+        and numbers in the fit; the weights ``(h, d_out, num_layers * dim)`` and biases
+        ``(h, d_out)`` of those heads, part after part."""
+        members, weights, biases = [], [], []
+        for part in self.parts:
+            local, numbers = self.members(part, active)
+            if not len(local):
+                continue
+            weight, bias = part.probe.first.folded(self.layer_coefficients(part, local), local)
+            members.append((part, local, numbers))
+            weights.append(weight)
+            biases.append(bias)
+        if not members:
+            return [], torch.empty(0), torch.empty(0)
+        return members, torch.cat(weights), torch.cat(biases)
+
+    def _linear_step_loss(self, step: list[torch.Tensor], active: torch.Tensor) -> StepLoss:
+        """:meth:`step_loss` of linear token heads without ``layer_norm``: each minibatch's one
+        product (:meth:`_folded_logits`) gives its heads' logits token by token ``(N, h,
+        labels)``, the layout the loss's softmax and its gradient run along, so the logits are
+        never reordered head by head (a copy and its gradient's copy back)."""
+        rows = self.side_by_side["train"].index_select(0, torch.cat(list(step)))
+        x = rows.view(len(step), -1, rows.shape[-1])  # (G, N, num_layers * dim)
+        members, weight, bias = self._folded_maps(active)
+        numbers = torch.cat([numbers for _, _, numbers in members])
+        penalty = torch.cat([self.penalty(part, local) for part, local, _ in members])
+        labels = self.splits["train"].labels
+        groups = self.seed_group[numbers]
+        total, pieces = torch.zeros(()), []
+        for group in groups.unique().tolist():
+            index = torch.nonzero(groups == group).flatten()
+            logits = torch.addmm(bias[index].flatten(), x[group], weight[index].flatten(0, 1).t())
+            logits = logits.float().view(len(x[group]), len(index), -1)  # (N, h, labels)
+            gold = labels[step[group]].view(-1, 1, 1).expand(-1, len(index), 1)
+            picked = torch.log_softmax(logits, dim=-1).gather(2, gold)  # (N, h, 1)
+            losses = penalty[index] - picked.mean(dim=0).flatten()  # (h,)
+            total = total + losses.sum()
+            pieces.append((numbers[index], losses))
+        counts = torch.full((len(self.heads),), float(len(step[0])), dtype=torch.float64)
+        return total, _scatter(len(self.heads), pieces), counts
 
     def _pair_table(self, role: str) -> torch.Tensor:
         """``(tokens, mixes, 3 * dim)`` in the probes' type, made on first use: per token of
@@ -1060,6 +1114,8 @@ class TokenProbes(HeadProbes):
         return logits
 
     def step_loss(self, step: list[torch.Tensor], active: torch.Tensor) -> StepLoss:
+        if not self.pair and not self.layer_norm and self.linear:
+            return self._linear_step_loss(step, active)
         train = self.splits["train"]
         labels = torch.stack([train.labels[batch] for batch in step])  # (G, B)
         total, pieces = torch.zeros(()), []
