@@ -406,7 +406,7 @@ def test_linear_token_step_loss_equals_the_cross_entropy_of_the_heads_logits() -
     """Linear token heads take their step loss straight from each minibatch's product
     (``TokenProbes._linear_step_loss``): each head's loss and every parameter's gradient are the
     reference computation's, the cross-entropy of the head's logits (``_part_logits``) plus its
-    mix penalty, with stopped heads left out."""
+    mix penalty, with stopped heads left out; their evaluation equals the part-by-part one."""
     train, dev, test = (_split(n, seed)[0] for n, seed in ((40, 0), (10, 1), (10, 2)))
     settings = dataclasses.replace(FAST, l2_lambda=0.1)
     modes = ["layer0", "layer1", "mean", "scalar_mix", "concat"]
@@ -436,6 +436,16 @@ def test_linear_token_step_loss_equals_the_cross_entropy_of_the_heads_logits() -
         assert (a is None) == (b is None)
         if a is not None:
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    # Evaluation takes every linear head from one product too: the same as part by part.
+    probes.eval()
+    with torch.no_grad():
+        fused = probes.evaluate("dev", active, item_losses=True)
+        probes.linear = False  # the path of MLP heads and layer_norm
+        by_part = probes.evaluate("dev", active, item_losses=True)
+    torch.testing.assert_close(fused.scores, by_part.scores, equal_nan=True)
+    torch.testing.assert_close(fused.losses, by_part.losses)
+    torch.testing.assert_close(fused.item_losses, by_part.item_losses)
+    assert all(torch.equal(a, b) for a, b in zip(fused.predicted, by_part.predicted, strict=True))
 
 
 def test_pair_probes_train_at_pair_lr_and_token_probes_at_lr() -> None:

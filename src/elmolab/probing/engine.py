@@ -309,17 +309,24 @@ class HeadAdam:
         beta1, beta2 = ADAM_BETAS
         correction1 = 1 - beta1**self.steps
         correction2 = 1 - beta2**self.steps
-        for (p, lr, wd, rows), (m, v) in zip(self.groups, self.moments, strict=True):
+        grads, steps = [], []
+        for p, lr, wd, rows in self.groups:
             # No gradient counts as a zero one (the moments decay), as for a head whose loss did
             # not reach the parameter while another head's did: a head's steps never depend on
             # which other heads share its fit.
             grad = torch.zeros_like(p) if p.grad is None else p.grad
-            grad = grad if wd == 0 else grad + wd * p
-            m.lerp_(grad, 1 - beta1)
-            v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            denominator = (v / correction2).sqrt_().add_(ADAM_EPS)
-            step = (lr / correction1) * self.scale[rows].view(-1, *[1] * (p.dim() - 1))
-            p.addcdiv_(m * step, denominator, value=-1.0)
+            grads.append(grad if wd == 0 else grad + wd * p)
+            steps.append((lr / correction1) * self.scale[rows].view(-1, *[1] * (p.dim() - 1)))
+        # Each update as one op over every parameter (the same arithmetic as a loop of them)
+        first, second = (list(moments) for moments in zip(*self.moments, strict=True))
+        torch._foreach_lerp_(first, grads, 1 - beta1)
+        torch._foreach_mul_(second, beta2)
+        torch._foreach_addcmul_(second, grads, grads, value=1 - beta2)
+        denominators = torch._foreach_div(second, correction2)
+        torch._foreach_sqrt_(denominators)
+        torch._foreach_add_(denominators, ADAM_EPS)
+        updates = torch._foreach_mul(first, steps)
+        torch._foreach_addcdiv_([p for p, *_ in self.groups], updates, denominators, value=-1.0)
 
 
 # --- Batched building blocks --------------------------------------------------------------------
@@ -955,8 +962,7 @@ class TokenProbes(HeadProbes):
         total, pieces = torch.zeros(()), []
         for group in groups.unique().tolist():
             index = torch.nonzero(groups == group).flatten()
-            logits = torch.addmm(bias[index].flatten(), x[group], weight[index].flatten(0, 1).t())
-            logits = logits.float().view(len(x[group]), len(index), -1)  # (N, h, labels)
+            logits = _linear_logits(x[group], weight[index], bias[index])  # (N, h, labels)
             gold = labels[step[group]].view(-1, 1, 1).expand(-1, len(index), 1)
             picked = torch.log_softmax(logits, dim=-1).gather(2, gold)  # (N, h, 1)
             losses = penalty[index] - picked.mean(dim=0).flatten()  # (h,)
@@ -1137,9 +1143,22 @@ class TokenProbes(HeadProbes):
         loss_sum = torch.zeros(heads, dtype=torch.float64)
         token_losses = torch.zeros(heads, len(split.labels)) if item_losses else None
         one_group = torch.zeros(heads, dtype=torch.long)  # every head reads the chunk
+        linear = None
+        if not self.pair and not self.layer_norm and self.linear:
+            members, weight, bias = self._folded_maps(active)  # every head reads each chunk
+            linear = torch.cat([numbers for _, _, numbers in members])
         for chunk in torch.arange(len(split.labels)).split(EVAL_TOKENS):
             gold = split.labels[chunk]
-            for _, _, numbers, logits in self._part_logits(role, [chunk], one_group, active):
+            if linear is not None:  # one product for every head (as _linear_step_loss)
+                rows = self.side_by_side[role][chunk[0] : chunk[-1] + 1]
+                logits = _linear_logits(rows, weight, bias).transpose(0, 1).contiguous()
+                outputs = [(linear, logits)]
+            else:
+                outputs = [
+                    (numbers, logits)
+                    for _, _, numbers, logits in self._part_logits(role, [chunk], one_group, active)
+                ]
+            for numbers, logits in outputs:
                 logits = logits.float()  # (h, n, labels)
                 predicted[numbers, chunk[0] : chunk[-1] + 1] = logits.argmax(dim=-1)
                 losses = _token_losses(logits, gold, self.vocabulary)  # (h, n)
@@ -1208,6 +1227,13 @@ class TokenProbes(HeadProbes):
             self.vocabulary,
             untyped=True,
         )
+
+
+def _linear_logits(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Linear heads' logits token by token ``(N, h, labels)`` in float32, from ``rows`` ``(N,
+    d)`` and the heads' weights ``(h, labels, d)`` and biases ``(h, labels)``: one product."""
+    logits = torch.addmm(bias.flatten(), rows, weight.flatten(0, 1).t())  # (N, h * labels)
+    return logits.float().view(len(rows), len(weight), -1)
 
 
 def _pair_blocks(deps: Sequence[torch.Tensor], heads: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -1305,20 +1331,28 @@ class HeadBilinear(nn.Module):
         self.bias = nn.Parameter(torch.zeros(len(generators), width))
 
     def forward(
-        self, mixed: torch.Tensor, root: torch.Tensor, mask: torch.Tensor, heads: torch.Tensor
+        self, mixed: torch.Tensor, root: torch.Tensor, invalid: torch.Tensor, heads: torch.Tensor
     ) -> torch.Tensor:
-        """``mixed`` ``(h, b, n, width)``, ``root`` ``(h, width)``, ``mask`` ``(b, n)`` ->
-        ``(h, b, n, 1 + n)``, ``-inf`` where a word would head itself or padding would head."""
+        """``mixed`` ``(h, b, n, width)``, ``root`` ``(h, width)``, ``invalid`` ``(b, n, 1 + n)``
+        (:func:`invalid_arcs`) -> ``(h, b, n, 1 + n)``, ``-inf`` where ``invalid``."""
         h, b, n, width = mixed.shape
         root = root.to(mixed.dtype)[:, None, None, :].expand(h, b, 1, width)
         candidates = torch.cat([root, mixed], dim=2)
         # (m_i^T W + b^T) m_j: the prior b^T m_j rides along in the bilinear product
         flat = mixed.reshape(h, b * n, width)
-        left = torch.baddbmm(self.bias[heads][:, None, :], flat, self.weight[heads])
+        left = torch.baddbmm(_take(self.bias, heads)[:, None, :], flat, _take(self.weight, heads))
         scores = (left.view(h, b, n, width) @ candidates.transpose(2, 3)).float()  # (h, b, n, 1+n)
-        self_arc = F.pad(torch.eye(n, dtype=torch.bool), (1, 0))  # (n, 1 + n)
-        padding = F.pad(~mask, (1, 0))  # (b, 1 + n)
-        return scores.masked_fill(self_arc | padding[:, None, :], float("-inf"))
+        return scores.masked_fill(invalid, float("-inf"))
+
+
+def invalid_arcs(mask: torch.Tensor) -> torch.Tensor:
+    """Where a batch's arc scores ``(b, n, 1 + n)`` (the root, then the words, as candidate
+    heads) must be ``-inf``: a word heading itself, or a padded slot heading; ``mask`` ``(b, n)``
+    the batch's words."""
+    n = mask.shape[1]
+    self_arc = F.pad(torch.eye(n, dtype=torch.bool), (1, 0))  # (n, 1 + n)
+    padding = F.pad(~mask, (1, 0))  # (b, 1 + n)
+    return self_arc | padding[:, None, :]
 
 
 class HeadProjection(nn.Module):
@@ -1332,7 +1366,7 @@ class HeadProjection(nn.Module):
     def forward(self, mixed: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
         """``(h, b, n, width)`` -> squared distances ``(h, b, n, n)``."""
         h, b, n, width = mixed.shape
-        projected = torch.bmm(mixed.reshape(h, b * n, width), self.proj[heads].transpose(1, 2))
+        projected = torch.bmm(mixed.reshape(h, b * n, width), _take(self.proj, heads).mT)
         # the distances in float32: |a|^2 + |b|^2 - 2 a.b cancels what bf16 would round away
         projected = projected.float().view(h, b, n, -1)  # (h, b, n, rank)
         with _float32():
@@ -1358,6 +1392,9 @@ class _TreeProbes(HeadProbes):
         _check_widths(splits)
         super().__init__(heads, train.num_layers, train.dim, settings, build, root=root)
         self.splits = splits
+        # Each split's features in the probes' type, converted once: a batch's gather then reads
+        # half the bytes in bf16, and no step converts its batch (a millisecond of a 15-20 ms step).
+        self.features = {role: split.features.to(self.dtype) for role, split in splits.items()}
         self.plans = {
             "train": plan_batches(train.sentence_lengths, settings.tree.batch_tokens),
             "dev": plan_batches(splits["dev"].sentence_lengths, EVAL_TOKENS),
@@ -1372,10 +1409,10 @@ class _TreeProbes(HeadProbes):
     def _batches(self, role: str, numbers: Sequence[int] | None = None):
         """``(number, batch, layers (num_layers, 1, b, n, dim))`` of the role's plan."""
         plan = self.plans[role]
-        features = self.splits[role].features
+        features = self.features[role]
         for number in range(len(plan)) if numbers is None else numbers:
             batch = plan[number]
-            layers = features.index_select(1, batch.tokens.flatten()).to(self.dtype)
+            layers = features.index_select(1, batch.tokens.flatten())
             yield number, batch, layers.view(layers.shape[0], 1, *batch.tokens.shape, -1)
 
     def _mixed(self, part: _Part, layers: torch.Tensor, batch: SentenceBatch, local: torch.Tensor):
@@ -1417,13 +1454,19 @@ class ArcProbes(_TreeProbes):
         self, heads: Sequence[Head], splits: dict[str, TreeDataset], settings: ProbeSettings
     ) -> None:
         super().__init__(heads, splits, settings, HeadBilinear, root=True)
+        self.invalid: dict[tuple[str, int], torch.Tensor] = {}  # per batch, :func:`invalid_arcs`
 
-    def _scores(self, part: _Part, mixed, batch: SentenceBatch, local) -> torch.Tensor:
+    def _scores(self, part: _Part, mixed, role: str, number: int, local) -> torch.Tensor:
+        """The scores of the part's heads ``local`` on batch ``number`` of split ``role``:
+        ``(h, b, n, 1 + n)``."""
         assert part.root is not None
-        return part.probe(mixed, part.root.vector[local], batch.mask, local)  # (h, b, n, 1 + n)
+        if (role, number) not in self.invalid:  # the batches of a split are fixed: made once
+            self.invalid[role, number] = invalid_arcs(self.plans[role][number].mask)
+        root = _take(part.root.vector, local)
+        return part.probe(mixed, root, self.invalid[role, number], local)
 
     def _batch_losses(self, part, mixed, batch, number, local) -> tuple[torch.Tensor, int]:
-        scores = self._scores(part, mixed, batch, local)  # (h, b, n, 1 + n)
+        scores = self._scores(part, mixed, "train", number, local)  # (h, b, n, 1 + n)
         gold = _slot_heads(self.splits["train"], batch)
         losses = self._word_losses(scores, gold)  # (h, b * n)
         words = int(batch.mask.sum())
@@ -1433,21 +1476,21 @@ class ArcProbes(_TreeProbes):
     def _word_losses(scores: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
         """Each slot's cross-entropy with its gold head (``gold``, :func:`_slot_heads`)
         ``(h, b * n)``, 0 at padding (the padded slots are left out by the loss, not cut out of
-        the scores first: no copy of the scores and its scatter back in the backward pass)."""
-        flat = scores.flatten(1, 2)  # (h, b * n, 1 + n)
-        return F.cross_entropy(
-            flat.transpose(1, 2),
-            gold.expand(len(flat), -1),
-            ignore_index=PADDING_LABEL,
-            reduction="none",
-        )
+        the scores first: no copy of the scores and its scatter back in the backward pass). The
+        softmax runs along the candidates, the scores' last axis (every slot has the root's
+        finite score)."""
+        log_probs = torch.log_softmax(scores.flatten(1, 2), dim=-1)  # (h, b * n, 1 + n)
+        padded = gold == PADDING_LABEL  # (b * n,)
+        slots = gold.masked_fill(padded, 0).expand(len(log_probs), -1)
+        picked = log_probs.gather(2, slots[..., None])[..., 0]  # (h, b * n)
+        return -picked.masked_fill(padded, 0.0)
 
     def evaluate(self, role: str, active: torch.Tensor) -> Evaluation:
         split = self.splits[role]
         heads, tokens = len(self.heads), len(split.heads)
         predicted = torch.zeros(heads, tokens, dtype=torch.long)
         loss_sum = torch.zeros(heads, dtype=torch.float64)
-        for _, batch, layers in self._batches(role):
+        for number, batch, layers in self._batches(role):
             words = batch.tokens[batch.mask]  # (words,)
             gold = _slot_heads(split, batch)
             for part in self.parts:
@@ -1455,7 +1498,7 @@ class ArcProbes(_TreeProbes):
                 if not len(local):
                     continue
                 mixed = self._mixed(part, layers, batch, local)
-                scores = self._scores(part, mixed, batch, local)  # (h, b, n, 1 + n)
+                scores = self._scores(part, mixed, role, number, local)  # (h, b, n, 1 + n)
                 best = scores.argmax(dim=-1)[:, batch.mask]  # (h, words)
                 predicted[numbers[:, None], words[None, :]] = best
                 losses = self._word_losses(scores, gold)

@@ -162,7 +162,11 @@ def accuracy(predicted: torch.Tensor, gold: torch.Tensor, num_classes: int) -> f
     # needs only one of them.
     from torchmetrics.functional.classification import multiclass_accuracy
 
-    return float(multiclass_accuracy(predicted, gold, num_classes, average="micro"))
+    # The ids come from the probe's argmax and the vocabulary: torchmetrics' checks of their range
+    # (a torch.unique of each side) took an eighth of a dev evaluation of 18 heads.
+    return float(
+        multiclass_accuracy(predicted, gold, num_classes, average="micro", validate_args=False)
+    )
 
 
 def span_f1(
