@@ -25,44 +25,31 @@ from pathlib import Path
 
 import yaml
 
-from elmolab.probing.engine import made_progress
+from elmolab.probing.engine import HeadStopping
 
 TREE_KINDS = ("arc", "structural")
 
 
 @dataclass(frozen=True)
 class Rule:
-    """Stop a head after ``patience`` epochs without progress in a row, or ``max_stalls`` in all;
-    each epoch without progress multiplies its learning rate by ``lr_decay`` (not replayed: the
-    rate decides nothing before the stop)."""
+    """Stop a head after ``patience`` epochs without progress in a row, or ``max_stalls`` in all
+    (the engine's :class:`HeadStopping`; each epoch without progress also cuts its learning
+    rate, which decides nothing before the stop and is not replayed)."""
 
     patience: int
     max_stalls: float
     min_delta: float
     loss_only: bool  # progress and selection on the dev loss alone (the structural probe)
 
-    def stop_epoch(self, history: list[dict]) -> int:
-        """The epoch the rule stops at (the last epoch of ``history`` if it does not stop)."""
-        mark, since, stalls = None, 0, 0
+    def replay(self, history: list[dict]) -> tuple[int, int]:
+        """The epoch the rule stops at (the last of ``history`` if it does not stop) and the
+        epoch whose state it keeps (the best dev state up to there)."""
+        head = HeadStopping(self.patience, self.max_stalls, self.min_delta, self.loss_only)
         for record in history:
-            epoch, score, loss = record["epoch"], record["dev_metric"], record["dev_loss"]
-            if mark is None or made_progress(score, loss, mark, self.min_delta, self.loss_only):
-                mark, since = (score, loss), epoch
-                continue
-            stalls += 1
-            if epoch - since >= self.patience or stalls >= self.max_stalls:
-                return epoch
-        return history[-1]["epoch"]
-
-    def kept_epoch(self, history: list[dict], stop: int) -> int:
-        """The best dev state among the first ``stop`` epochs (the engine's selection)."""
-
-        def key(record: dict) -> tuple[float, ...]:
-            if self.loss_only:
-                return (-record["dev_loss"],)
-            return (record["dev_metric"], -record["dev_loss"])
-
-        return max(history[:stop], key=key)["epoch"]
+            head.record(record["epoch"], record["dev_metric"], record["dev_loss"])
+            if head.stopped:
+                return record["epoch"], head.best_epoch
+        return history[-1]["epoch"], head.best_epoch
 
 
 def rules(params: dict, kind: str, max_stalls: int | None, tree_max_stalls: int | None):
@@ -105,14 +92,13 @@ def main() -> None:
         if not history:
             continue  # a run without training (the 1-NN word-sense probe)
         before, after = rules(params, kinds[task], args.max_stalls, args.tree_max_stalls)
-        recorded = before.stop_epoch(history)
+        recorded, _ = before.replay(history)
         if recorded != metrics["epochs"] and not metrics["hit_epoch_cap"]:
             raise SystemExit(
                 f"{path}: the replayed rule stops at epoch {recorded}, the run stopped at"
                 f" {metrics['epochs']}: this run did not train under its params.yaml's rule"
             )
-        stop = after.stop_epoch(history)
-        kept = after.kept_epoch(history, stop)
+        stop, kept = after.replay(history)
         total = totals[task]
         total["runs"] += 1
         total["epochs"] += metrics["epochs"]

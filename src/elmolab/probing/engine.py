@@ -297,7 +297,9 @@ class HeadAdam:
         self.groups = [group for group in groups if group[0].requires_grad]
         self.scale = torch.ones(heads)
         self.steps = 0
-        self.moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p, *_ in self.groups]
+        self.params = [p for p, *_ in self.groups]
+        self.first = [torch.zeros_like(p) for p in self.params]  # Adam's moments, per parameter
+        self.second = [torch.zeros_like(p) for p in self.params]
 
     def zero_grad(self) -> None:
         for p, *_ in self.groups:
@@ -318,15 +320,14 @@ class HeadAdam:
             grads.append(grad if wd == 0 else grad + wd * p)
             steps.append((lr / correction1) * self.scale[rows].view(-1, *[1] * (p.dim() - 1)))
         # Each update as one op over every parameter (the same arithmetic as a loop of them)
-        first, second = (list(moments) for moments in zip(*self.moments, strict=True))
-        torch._foreach_lerp_(first, grads, 1 - beta1)
-        torch._foreach_mul_(second, beta2)
-        torch._foreach_addcmul_(second, grads, grads, value=1 - beta2)
-        denominators = torch._foreach_div(second, correction2)
+        torch._foreach_lerp_(self.first, grads, 1 - beta1)
+        torch._foreach_mul_(self.second, beta2)
+        torch._foreach_addcmul_(self.second, grads, grads, value=1 - beta2)
+        denominators = torch._foreach_div(self.second, correction2)
         torch._foreach_sqrt_(denominators)
         torch._foreach_add_(denominators, ADAM_EPS)
-        updates = torch._foreach_mul(first, steps)
-        torch._foreach_addcdiv_([p for p, *_ in self.groups], updates, denominators, value=-1.0)
+        updates = torch._foreach_mul(self.first, steps)
+        torch._foreach_addcdiv_(self.params, updates, denominators, value=-1.0)
 
 
 # --- Batched building blocks --------------------------------------------------------------------
@@ -665,11 +666,7 @@ def fit_heads(probes: HeadProbes, schedule: Schedule) -> FitTrace:
     shuffles = [torch.Generator().manual_seed(seed) for seed in probes.seeds]
     active = torch.ones(heads, dtype=torch.bool)
     best = {name: value.detach().clone() for name, value in probes.state_dict().items()}
-    best_keys: list[tuple[float, ...] | None] = [None] * heads
-    best_epochs = [0] * heads
-    marks: list[tuple[float, float] | None] = [None] * heads  # (score, loss) of the last progress
-    since = [0] * heads  # the epoch of the last progress
-    stalls = [0] * heads  # epochs without progress so far
+    stopping = [HeadStopping.of(schedule, probes.lower_is_better) for _ in range(heads)]
     histories: list[list[EpochRecord]] = [[] for _ in range(heads)]
     for epoch in range(1, schedule.max_epochs + 1):
         probes.train()
@@ -685,30 +682,61 @@ def fit_heads(probes: HeadProbes, schedule: Schedule) -> FitTrace:
         improved = torch.zeros(heads, dtype=torch.bool)
         for h in torch.nonzero(active).flatten().tolist():
             score, loss = float(dev.scores[h]), float(dev.losses[h])
-            key = (-loss,) if probes.lower_is_better else (score, -loss)
             selected = loss if probes.lower_is_better else score
             histories[h].append(EpochRecord(epoch, float(loss_sum[h] / items[h]), selected, loss))
-            if best_keys[h] is None or key > best_keys[h]:  # type: ignore[operator]
-                best_keys[h], best_epochs[h] = key, epoch
-                improved[h] = True
-            mark = marks[h]
-            if mark is None or made_progress(
-                score, loss, mark, schedule.min_delta, probes.lower_is_better
-            ):
-                marks[h], since[h] = (score, loss), epoch
-                continue
-            stalls[h] += 1
-            if epoch - since[h] >= schedule.patience or stalls[h] >= schedule.max_stalls:
+            improved[h] = stopping[h].record(epoch, score, loss)
+            if stopping[h].stopped:
                 active[h] = False
                 optimizer.scale[h] = 0.0
-            else:
+            elif stopping[h].stalled:
                 optimizer.scale[h] *= schedule.lr_decay
         probes.keep_best(best, improved)
         if not active.any():
             break
     probes.load_state_dict(best)
     probes.eval()
+    best_epochs = [head.best_epoch for head in stopping]
     return FitTrace(histories, best_epochs, active.tolist(), time.perf_counter() - started)
+
+
+@dataclass
+class HeadStopping:
+    """One head's early stopping (the module docstring): its best dev state so far, and whether
+    its last epoch made progress or stops it. ``loss_only``: select and progress on the dev loss
+    alone (the structural probe)."""
+
+    patience: int
+    max_stalls: float
+    min_delta: float
+    loss_only: bool
+    best_key: tuple[float, ...] | None = None
+    best_epoch: int = 0
+    mark: tuple[float, float] | None = None  # (score, loss) of the last progress
+    since: int = 0  # the epoch of the last progress
+    stalls: int = 0  # epochs without progress so far
+    stalled: bool = False  # the last epoch made no progress
+    stopped: bool = False
+
+    @classmethod
+    def of(cls, schedule: Schedule, loss_only: bool) -> HeadStopping:
+        return cls(schedule.patience, schedule.max_stalls, schedule.min_delta, loss_only)
+
+    def record(self, epoch: int, score: float, loss: float) -> bool:
+        """Take the head's dev score and loss after ``epoch``; whether that state is its best."""
+        key = (-loss,) if self.loss_only else (score, -loss)
+        improved = self.best_key is None or key > self.best_key
+        if improved:
+            self.best_key, self.best_epoch = key, epoch
+        progress = self.mark is None or made_progress(
+            score, loss, self.mark, self.min_delta, self.loss_only
+        )
+        self.stalled = not progress
+        if progress:
+            self.mark, self.since = (score, loss), epoch
+        else:
+            self.stalls += 1
+            self.stopped = epoch - self.since >= self.patience or self.stalls >= self.max_stalls
+        return improved
 
 
 def made_progress(
@@ -808,7 +836,9 @@ class TokenProbes(HeadProbes):
         self.batch_size = settings.batch_size
         self.min_epoch_tokens = settings.min_epoch_tokens
         self.bits = bits
-        self.linear = settings.kind == "linear"
+        # Linear token heads take logits, loss and evaluation from one product per minibatch in
+        # the (tokens, heads, labels) layout (:meth:`_linear_step_loss`)
+        self.fused = not self.pair and not self.layer_norm and settings.kind == "linear"
         # Token probes read each token's layers side by side (:meth:`_folded_logits`), from one
         # copy of each split in that layout and the probes' type: a minibatch's gather is then
         # one contiguous row per token.
@@ -917,8 +947,8 @@ class TokenProbes(HeadProbes):
         for k in key.unique().tolist():
             index = torch.nonzero(key == k).flatten()
             rows = inputs[bool(k % 2)][k // 2]  # (N, num_layers * dim)
-            product = torch.addmm(bias[index].flatten(), rows, weight[index].flatten(0, 1).t())
-            outputs.append(product.view(len(rows), len(index), -1).transpose(0, 1))  # (k, N, d)
+            product = _head_products(rows, weight[index], bias[index])
+            outputs.append(product.transpose(0, 1))  # (k, N, d)
             order.append(index)
         y = torch.cat(outputs).index_select(0, torch.argsort(torch.cat(order)))
         pieces = y.split([len(local) for _, local, _ in members])
@@ -962,7 +992,7 @@ class TokenProbes(HeadProbes):
         total, pieces = torch.zeros(()), []
         for group in groups.unique().tolist():
             index = torch.nonzero(groups == group).flatten()
-            logits = _linear_logits(x[group], weight[index], bias[index])  # (N, h, labels)
+            logits = _head_products(x[group], weight[index], bias[index]).float()  # (N, h, labels)
             gold = labels[step[group]].view(-1, 1, 1).expand(-1, len(index), 1)
             picked = torch.log_softmax(logits, dim=-1).gather(2, gold)  # (N, h, 1)
             losses = penalty[index] - picked.mean(dim=0).flatten()  # (h,)
@@ -1120,7 +1150,7 @@ class TokenProbes(HeadProbes):
         return logits
 
     def step_loss(self, step: list[torch.Tensor], active: torch.Tensor) -> StepLoss:
-        if not self.pair and not self.layer_norm and self.linear:
+        if self.fused:
             return self._linear_step_loss(step, active)
         train = self.splits["train"]
         labels = torch.stack([train.labels[batch] for batch in step])  # (G, B)
@@ -1144,14 +1174,14 @@ class TokenProbes(HeadProbes):
         token_losses = torch.zeros(heads, len(split.labels)) if item_losses else None
         one_group = torch.zeros(heads, dtype=torch.long)  # every head reads the chunk
         linear = None
-        if not self.pair and not self.layer_norm and self.linear:
+        if self.fused:
             members, weight, bias = self._folded_maps(active)  # every head reads each chunk
             linear = torch.cat([numbers for _, _, numbers in members])
         for chunk in torch.arange(len(split.labels)).split(EVAL_TOKENS):
             gold = split.labels[chunk]
             if linear is not None:  # one product for every head (as _linear_step_loss)
                 rows = self.side_by_side[role][chunk[0] : chunk[-1] + 1]
-                logits = _linear_logits(rows, weight, bias).transpose(0, 1).contiguous()
+                logits = _head_products(rows, weight, bias).transpose(0, 1).contiguous()
                 outputs = [(linear, logits)]
             else:
                 outputs = [
@@ -1229,11 +1259,11 @@ class TokenProbes(HeadProbes):
         )
 
 
-def _linear_logits(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """Linear heads' logits token by token ``(N, h, labels)`` in float32, from ``rows`` ``(N,
-    d)`` and the heads' weights ``(h, labels, d)`` and biases ``(h, labels)``: one product."""
-    logits = torch.addmm(bias.flatten(), rows, weight.flatten(0, 1).t())  # (N, h * labels)
-    return logits.float().view(len(rows), len(weight), -1)
+def _head_products(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Heads' maps of the same ``rows`` ``(N, d)`` token by token ``(N, h, d_out)``, from their
+    weights ``(h, d_out, d)`` and biases ``(h, d_out)``: one product."""
+    product = torch.addmm(bias.flatten(), rows, weight.flatten(0, 1).t())  # (N, h * d_out)
+    return product.view(len(rows), len(weight), -1)
 
 
 def _pair_blocks(deps: Sequence[torch.Tensor], heads: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -1454,16 +1484,17 @@ class ArcProbes(_TreeProbes):
         self, heads: Sequence[Head], splits: dict[str, TreeDataset], settings: ProbeSettings
     ) -> None:
         super().__init__(heads, splits, settings, HeadBilinear, root=True)
-        self.invalid: dict[tuple[str, int], torch.Tensor] = {}  # per batch, :func:`invalid_arcs`
+        # per role and batch of its plan, :func:`invalid_arcs`
+        self.invalid = {
+            role: [invalid_arcs(batch.mask) for batch in plan] for role, plan in self.plans.items()
+        }
 
     def _scores(self, part: _Part, mixed, role: str, number: int, local) -> torch.Tensor:
         """The scores of the part's heads ``local`` on batch ``number`` of split ``role``:
         ``(h, b, n, 1 + n)``."""
         assert part.root is not None
-        if (role, number) not in self.invalid:  # the batches of a split are fixed: made once
-            self.invalid[role, number] = invalid_arcs(self.plans[role][number].mask)
         root = _take(part.root.vector, local)
-        return part.probe(mixed, root, self.invalid[role, number], local)
+        return part.probe(mixed, root, self.invalid[role][number], local)
 
     def _batch_losses(self, part, mixed, batch, number, local) -> tuple[torch.Tensor, int]:
         scores = self._scores(part, mixed, "train", number, local)  # (h, b, n, 1 + n)
