@@ -61,3 +61,22 @@ def test_stage_reports_a_bad_key_in_one_line_without_traceback(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert f"error: {params}: corpus.vocab_min_cnt" in proc.stderr
+
+
+@pytest.mark.parametrize(("preset", "on"), [("information", True), ("accuracy", False)])
+def test_information_presets_set_both_measures_on_every_token_task(preset, on):
+    """experiment=information turns the online code and conditional probing on for every token
+    task of the grid, experiment=accuracy off: a token task added to the grid must be added to
+    both presets, and the default grid must differ from both (or the presets change nothing)."""
+    default = yaml.safe_load(compose_params(CONF))["grid"]["tasks"]
+    tasks = yaml.safe_load(compose_params(CONF, [f"experiment={preset}"]))["grid"]["tasks"]
+    assert set(tasks) == set(default)
+    token = [name for name, task in tasks.items() if task["kind"] == "token"]
+    assert token
+    for name in token:
+        assert (tasks[name]["mdl"], tasks[name]["conditional"]) == (on, on), name
+    assert any(default[name]["mdl"] != on for name in token)
+    for name, task in tasks.items():  # the rest of every task as the default grid has it
+        assert {k: v for k, v in task.items() if k not in ("mdl", "conditional")} == {
+            k: v for k, v in default[name].items() if k not in ("mdl", "conditional")
+        }

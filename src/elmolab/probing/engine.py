@@ -1179,22 +1179,24 @@ class TokenProbes(HeadProbes):
             linear = torch.cat([numbers for _, _, numbers in members])
         for chunk in torch.arange(len(split.labels)).split(EVAL_TOKENS):
             gold = split.labels[chunk]
-            if linear is not None:  # one product for every head (as _linear_step_loss)
-                rows = self.side_by_side[role][chunk[0] : chunk[-1] + 1]
-                logits = _head_products(rows, weight, bias).transpose(0, 1).contiguous()
-                outputs = [(linear, logits)]
+            span = slice(chunk[0], chunk[-1] + 1)
+            if linear is not None:  # one product for every head (as _linear_step_loss), read
+                # token by token (n, h, labels): never reordered head by head
+                rows = self.side_by_side[role][span]
+                logits = _head_products(rows, weight, bias).float()
+                predicted[linear, span] = logits.argmax(dim=-1).t()
+                losses = _token_losses(logits, gold[:, None], self.vocabulary).t().contiguous()
+                outputs = [(linear, losses)]
             else:
-                outputs = [
-                    (numbers, logits)
-                    for _, _, numbers, logits in self._part_logits(role, [chunk], one_group, active)
-                ]
-            for numbers, logits in outputs:
-                logits = logits.float()  # (h, n, labels)
-                predicted[numbers, chunk[0] : chunk[-1] + 1] = logits.argmax(dim=-1)
-                losses = _token_losses(logits, gold, self.vocabulary)  # (h, n)
+                outputs = []
+                for _, _, numbers, logits in self._part_logits(role, [chunk], one_group, active):
+                    logits = logits.float()  # (h, n, labels)
+                    predicted[numbers, span] = logits.argmax(dim=-1)
+                    outputs.append((numbers, _token_losses(logits, gold, self.vocabulary)))
+            for numbers, losses in outputs:
                 loss_sum[numbers] += losses.sum(dim=1).double()
                 if token_losses is not None:
-                    token_losses[numbers, chunk[0] : chunk[-1] + 1] = losses
+                    token_losses[numbers, span] = losses
         scores = torch.full((heads,), float("nan"), dtype=torch.float64)
         for h in torch.nonzero(active).flatten().tolist():
             scores[h] = self._score(predicted[h], split)
@@ -1292,13 +1294,14 @@ def _rows(
 def _token_losses(
     logits: torch.Tensor, gold: torch.Tensor, vocabulary: LabelVocabulary
 ) -> torch.Tensor:
-    """Cross-entropy per head and token ``(h, n)`` in nats; a label kept but unseen in train (no
-    output of the probe) counts as the loss of the least likely label."""
+    """Cross-entropy of ``logits`` ``(..., labels)`` with ``gold``, which broadcasts to
+    ``logits.shape[:-1]`` (``(h, n, labels)`` with ``(n,)``, or ``(n, h, labels)`` with
+    ``(n, 1)``), in nats; a label kept but unseen in train (no output of the probe) counts as the
+    loss of the least likely label."""
     known = gold < vocabulary.num_train_labels
-    log_probs = torch.log_softmax(logits, dim=-1)  # (h, n, labels)
-    picked = log_probs.gather(
-        2, gold.clamp(max=logits.shape[-1] - 1).expand(len(logits), -1)[..., None]
-    )[..., 0]
+    log_probs = torch.log_softmax(logits, dim=-1)
+    index = gold.clamp(max=logits.shape[-1] - 1).expand(logits.shape[:-1])
+    picked = log_probs.gather(-1, index[..., None])[..., 0]
     if bool(known.all()):
         return -picked
     floor = log_probs.min(dim=-1).values  # (h, n)
