@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import yaml
@@ -29,15 +31,14 @@ from elmolab.hardware import cpu_model
 from elmolab.params import compose_params
 
 ROOT = Path(__file__).resolve().parents[1]
-# The Makefile's settings for every stage (glibc keeps large buffers mapped).
-MAKEFILE_ENV = {
-    "DVC_NO_ANALYTICS": "1",
-    "WANDB_SILENT": "true",
-    "WANDB_MODE": "disabled",
-    "MALLOC_MMAP_THRESHOLD_": "1073741824",
-    "MALLOC_TRIM_THRESHOLD_": "4294967296",
-    "MALLOC_TOP_PAD_": "268435456",
-}
+
+
+def makefile_env() -> dict[str, str]:
+    """The variables the Makefile exports to every stage (``export NAME := value`` with a
+    literal value: DVC's and W&B's switches, glibc's keeping large buffers mapped), read from
+    the Makefile so that the cells run as ``make run`` runs them."""
+    exports = re.findall(r"^export (\w+) := ([^$\s]+)$", (ROOT / "Makefile").read_text(), re.M)
+    return dict(exports)
 
 
 def main() -> None:
@@ -57,17 +58,20 @@ def main() -> None:
         if name not in tasks:
             sys.exit(f"--tasks: {name!r} is not a cell of grid.tasks ({', '.join(tasks)})")
     cells = args.tasks or tasks
-    env = {**os.environ, **MAKEFILE_ENV}
+    env = {**os.environ, **makefile_env(), "WANDB_MODE": "disabled"}
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; overrides: {args.overrides or 'none'}")
-    with tempfile.TemporaryDirectory(prefix="probe_stage_") as temp:
-        scratch = args.keep.resolve() if args.keep else Path(temp)
+    keep = nullcontext(str(args.keep)) if args.keep else None
+    with keep or tempfile.TemporaryDirectory(prefix="probe_stage_") as folder:
+        scratch = Path(folder).resolve()
         (scratch / "artifacts").mkdir(parents=True, exist_ok=True)
         for link, target in (
             (scratch / "data", workspace / "data"),
             (scratch / "artifacts" / "features", features),
         ):
-            if not link.exists():
+            if not link.is_symlink() and not link.exists():
                 link.symlink_to(target)
+            elif link.resolve() != target.resolve():
+                sys.exit(f"{link} exists and is not a link to {target}: use another --keep")
         (scratch / "params.yaml").write_text(params, encoding="utf-8")
         times = {}
         for name in cells:

@@ -1304,7 +1304,7 @@ def _token_losses(
     picked = log_probs.gather(-1, index[..., None])[..., 0]
     if bool(known.all()):
         return -picked
-    floor = log_probs.min(dim=-1).values  # (h, n)
+    floor = log_probs.min(dim=-1).values
     return -torch.where(known, picked, floor)
 
 
