@@ -37,8 +37,12 @@ def makefile_env() -> dict[str, str]:
     """The variables the Makefile exports to every stage (``export NAME := value`` with a
     literal value: DVC's and W&B's switches, glibc's keeping large buffers mapped), read from
     the Makefile so that the cells run as ``make run`` runs them."""
-    exports = re.findall(r"^export (\w+) := ([^$\s]+)$", (ROOT / "Makefile").read_text(), re.M)
-    return dict(exports)
+    exports = dict(
+        re.findall(r"^export (\w+) := ([^$\s]+)$", (ROOT / "Makefile").read_text(), re.M)
+    )
+    if not any(name.startswith("MALLOC_") for name in exports):
+        sys.exit("Makefile: no 'export MALLOC_...' settings to run the cells as make runs them")
+    return exports
 
 
 def main() -> None:
