@@ -13,7 +13,7 @@ from elmolab.probing.metrics import (
     task_score,
     untyped_span_f1,
 )
-from elmolab.text.conll import TagScheme, read_conll2000
+from elmolab.text.conll import TagScheme, read_conll2000, read_wnut17
 
 
 def _f1(precision: float, recall: float) -> float:
@@ -122,7 +122,8 @@ def _seqeval_on_ids(vocabulary, gold, predicted, lengths, untyped):
 @pytest.mark.parametrize("seed", range(40))
 def test_span_f1_of_ids_equals_seqeval_on_random_tags(seed: int, untyped: bool) -> None:
     generator = torch.Generator().manual_seed(seed)
-    kinds = ["NP", "VP", "PP", "B", "I", "O"][: 1 + seed % 6]  # types named like prefixes too
+    # types named like prefixes too, and types with hyphens (WNUT-17's creative-work)
+    kinds = ["NP", "creative-work", "VP", "B", "I-NP", "O", "B-"][: 1 + seed % 7]
     labels = ["O"] + [f"{p}-{k}" for k in kinds for p in "BI"]
     vocabulary = LabelVocabulary(labels[:-1], unseen="keep")
     vocabulary.encode([[labels[-1]]])  # a label only the gold side has (an evaluation-only id)
@@ -135,17 +136,26 @@ def test_span_f1_of_ids_equals_seqeval_on_random_tags(seed: int, untyped: bool) 
     noise = torch.randint(0, vocabulary.num_train_labels, (tokens,), generator=generator)
     keep = torch.rand(tokens, generator=generator) < 0.6
     predicted = torch.where(keep & (gold < vocabulary.num_train_labels), gold, noise)
+    assert conlleval_codes(vocabulary.labels) is not None  # scored on ids, not by seqeval
     expected = _seqeval_on_ids(vocabulary, gold, predicted, lengths, untyped)
     score = task_score("span_f1", predicted, gold, lengths, vocabulary, untyped=untyped)
     assert score == expected
 
 
-def test_span_f1_of_ids_equals_seqeval_on_conll2000() -> None:
-    path = Path(__file__).resolve().parents[1] / "data" / "probing" / "conll2000" / "test.txt"
+@pytest.mark.parametrize(
+    ("file", "read", "field"),
+    [
+        ("conll2000/test.txt", read_conll2000, "chunks"),
+        ("wnut17/emerging.test.annotated", read_wnut17, "tags"),  # types with hyphens
+    ],
+)
+def test_span_f1_of_ids_equals_seqeval_on_real_tags(file: str, read, field: str) -> None:
+    path = Path(__file__).resolve().parents[1] / "data" / "probing" / file
     if not path.is_file():
-        pytest.skip("the CoNLL-2000 data is not pulled (make data)")
-    sentences = [sentence.chunks for sentence in read_conll2000(path)]
+        pytest.skip(f"{file} is not pulled (make data)")
+    sentences = [getattr(sentence, field) for sentence in read(path)]
     vocabulary = LabelVocabulary([t for s in sentences for t in s])
+    assert conlleval_codes(vocabulary.labels) is not None  # scored on ids, not by seqeval
     lengths = [len(s) for s in sentences]
     gold = torch.tensor([i for ids in vocabulary.encode(sentences) for i in ids])
     generator = torch.Generator().manual_seed(0)
@@ -160,7 +170,7 @@ def test_span_f1_of_ids_equals_seqeval_on_conll2000() -> None:
 
 def test_labels_outside_iob2_go_through_seqeval() -> None:
     assert conlleval_codes(["O", "B-NP", "I-NP"]) is not None
-    for odd in (["O", "E-NP"], ["O", "S-NP"], ["B-"], ["B-A-B"], ["NP"]):
+    for odd in (["O", "E-NP"], ["O", "S-NP"], ["B-"], ["B-_"], ["O-NP"], ["NP"]):
         assert conlleval_codes(odd) is None
     vocabulary = LabelVocabulary(["O", "B-NP", "E-NP"])  # IOBES-like tags: seqeval decides
     ids = torch.tensor(vocabulary.encode([["B-NP", "E-NP", "O"]])[0])

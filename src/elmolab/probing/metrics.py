@@ -268,7 +268,8 @@ def conlleval_codes(
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Per label id, its prefix (``O``, ``B``, ``I`` as 0, 1, 2) and its chunk type (a number;
     -1 for ``O``; every type the same with ``untyped``), or None when a label is not ``O``,
-    ``B-<type>`` or ``I-<type>`` (those go through seqeval)."""
+    ``B-<type>`` or ``I-<type>`` (those go through seqeval). A type may hold hyphens
+    (WNUT-17's ``B-creative-work``): seqeval's type is everything after the first one too."""
     prefixes, types, numbers = [], [], {}
     for label in labels:
         if label == "O":
@@ -276,7 +277,7 @@ def conlleval_codes(
             types.append(-1)
             continue
         head, sep, kind = label.partition("-")
-        if not sep or head not in ("B", "I") or not kind or kind == "_" or "-" in kind:
+        if not sep or head not in ("B", "I") or not kind or kind == "_":
             return None
         prefixes.append(_BEGIN if head == "B" else _INSIDE)
         types.append(0 if untyped else numbers.setdefault(kind, len(numbers)))
