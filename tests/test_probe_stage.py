@@ -393,8 +393,10 @@ def test_learning_curve_subsets_are_fixed_nested_and_in_corpus_order(params: Pat
 def test_cells_read_features_standardized_by_their_train_split_unless_turned_off(
     params: Path, task: str
 ) -> None:
+    """... in their stored type (float16), but a tree task's in the type its probes read (each
+    job would convert them on its own)."""
     _, cell = _cell(params, task, [])
-    settings = dataclasses.replace(cell["settings"], encoders=["random"])
+    settings = dataclasses.replace(cell["settings"], encoders=["random"], precision="32-true")
     assert settings.standardize  # the default
     spec = dataclasses.replace(cell["task"], unseen=settings.unseen)  # as run_cell does
     standardized, _ = load_splits(spec, cell["data"], settings)
@@ -402,11 +404,20 @@ def test_cells_read_features_standardized_by_their_train_split_unless_turned_off
     train = raw["random"]["train"].features.float()
     mean, std = train.mean(1, keepdim=True), train.std(1, keepdim=True)
     assert float(std.min()) > 0
+    stored = torch.float32 if task == "deparc" else torch.float16
     for role in ("train", "dev", "test"):
         features = standardized["random"][role].features
-        assert features.dtype == raw["random"][role].features.dtype
+        assert features.dtype == raw["random"][role].features.dtype == stored
         expected = (raw["random"][role].features.float() - mean) / std
         torch.testing.assert_close(features.float(), expected, atol=5e-3, rtol=5e-3)
+    bf16 = dataclasses.replace(settings, precision="bf16-mixed")
+    read, _ = load_splits(spec, cell["data"], bf16)
+    for role in ("train", "dev", "test"):
+        features = read["random"][role].features
+        assert features.dtype == (torch.bfloat16 if task == "deparc" else torch.float16)
+        torch.testing.assert_close(
+            features, standardized["random"][role].features.to(features.dtype), atol=0, rtol=0
+        )
 
 
 @pytest.mark.parametrize("kind", [TaskKind.PAIR, TaskKind.ARC, TaskKind.STRUCTURAL])

@@ -14,7 +14,7 @@ from scipy.stats import spearmanr
 from elmolab.errors import ElmolabError
 from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing.datasets import TreeDataset
-from elmolab.probing.engine import Head, ProbeResult, train_heads
+from elmolab.probing.engine import Head, ProbeResult, StructuralGold, train_heads
 from elmolab.probing.trees import (
     GoldTrees,
     minimum_spanning_trees,
@@ -374,6 +374,26 @@ def test_structural_probe_recovers_trees(splits: tuple[TreeDataset, ...]) -> Non
         "dev_dspr",
         "test_dspr",
     }
+
+
+def test_structural_gold_made_once_gives_the_same_results(
+    splits: tuple[TreeDataset, ...],
+) -> None:
+    """The gold side a cell makes once for every job (distances, the dev and test trees' edges
+    and ranks) scores as the one each fit would make, and is refused for other sentences."""
+    roles = dict(zip(("train", "dev", "test"), splits, strict=True))
+    gold = StructuralGold.of(roles)
+    assert all(
+        "edges" in vars(scorer) and "ranks" in vars(scorer) for scorer in gold.scorers.values()
+    )
+    heads = [Head(FeatureMode.LAYER1, 0)]
+    shared = train_heads(heads, roles, FAST, kind="structural", gold=gold)
+    own = train_heads(heads, roles, FAST, kind="structural")
+    untimed = [dataclasses.replace(result, wall_seconds=0.0) for result in (*shared, *own)]
+    assert untimed[0] == untimed[1]
+    other = {**roles, "dev": roles["train"]}  # other sentences in the dev role
+    with pytest.raises(ValueError, match="gold distances of dev are not of its sentences"):
+        train_heads(heads, other, FAST, kind="structural", gold=gold)
 
 
 @pytest.mark.parametrize(

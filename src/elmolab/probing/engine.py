@@ -176,6 +176,12 @@ def probe_precision(settings: ProbeSettings) -> PrecisionChoice:
     return choose_precision(settings.precision, "cpu", key="probe.precision")
 
 
+def probe_dtype(settings: ProbeSettings) -> torch.dtype:
+    """The type the probes read their features in: bf16 under bf16-mixed (the features rounded
+    once, as each product would round them), else float32."""
+    return torch.bfloat16 if probe_precision(settings).precision == "bf16-mixed" else torch.float32
+
+
 def _float32() -> torch.autocast:
     """A region computed in float32 inside a bf16 autocast region."""
     return torch.autocast("cpu", enabled=False)
@@ -500,9 +506,7 @@ class HeadProbes(nn.Module):
         self.heads = list(heads)
         self.num_layers = num_layers
         self.layer_norm = settings.layer_norm
-        # the features' type in the probes: bf16-mixed rounds them once, as it would each product
-        bf16 = probe_precision(settings).precision == "bf16-mixed"
-        self.dtype = torch.bfloat16 if bf16 else torch.float32
+        self.dtype = probe_dtype(settings)
         self.seeds = sorted({head.seed for head in heads})
         self.seed_group = torch.tensor([self.seeds.index(head.seed) for head in heads])
         self.parts = nn.ModuleList()
@@ -1425,8 +1429,9 @@ class _TreeProbes(HeadProbes):
         _check_widths(splits)
         super().__init__(heads, train.num_layers, train.dim, settings, build, root=root)
         self.splits = splits
-        # Each split's features in the probes' type, converted once: a batch's gather then reads
-        # half the bytes in bf16, and no step converts its batch (a millisecond of a 15-20 ms step).
+        # Each split's features in the probes' type, converted once (by the runner, before its
+        # workers fork: then this is the same array): a batch's gather then reads half the bytes
+        # in bf16, and no step converts its batch (a millisecond of a 15-20 ms step).
         self.features = {role: split.features.to(self.dtype) for role, split in splits.items()}
         self.plans = {
             "train": plan_batches(train.sentence_lengths, settings.tree.batch_tokens),
@@ -1585,7 +1590,11 @@ class StructuralProbes(_TreeProbes):
     lower_is_better = True
 
     def __init__(
-        self, heads: Sequence[Head], splits: dict[str, TreeDataset], settings: ProbeSettings
+        self,
+        heads: Sequence[Head],
+        splits: dict[str, TreeDataset],
+        settings: ProbeSettings,
+        gold: StructuralGold | None = None,
     ) -> None:
         rank = settings.tree.rank
 
@@ -1593,17 +1602,13 @@ class StructuralProbes(_TreeProbes):
             return HeadProjection(generators, width, rank)
 
         super().__init__(heads, splits, settings, build)
-        self.gold = {
-            role: [tree_distances(h) for h in split.sentence_heads()]
-            for role, split in splits.items()
-        }
+        if gold is None:
+            gold = StructuralGold.of(splits)
+        gold.check(splits)
         self.targets = {
-            role: _padded_distances(self.gold[role], self.plans[role]) for role in splits
+            role: _padded_distances(gold.distances[role], self.plans[role]) for role in splits
         }
-        # What scoring every head against dev and test needs of the gold trees, computed once.
-        self.scorers = {
-            role: GoldTrees(self.gold[role], splits[role].sentence_punct()) for role in EVAL_ROLES
-        }
+        self.scorers = gold.scorers
 
     def _batch_losses(self, part, mixed, batch, number, local) -> tuple[torch.Tensor, int]:
         predicted = part.probe(mixed, local)  # (h, b, n, n)
@@ -1660,6 +1665,37 @@ class StructuralProbes(_TreeProbes):
         return results
 
 
+@dataclass(frozen=True)
+class StructuralGold:
+    """The gold side of the structural probe's splits: each sentence's tree distances, and for
+    dev and test what scoring every head needs of the gold trees (:class:`GoldTrees`, its
+    spanning trees and distance ranks computed). It depends on the trees alone, not on the
+    features: a cell makes it once for every encoder and job, before its workers fork (about a
+    second of EWT's, which each of a cell's 18 jobs used to spend)."""
+
+    distances: dict[str, list[np.ndarray]]  # role -> per sentence (n, n)
+    scorers: dict[str, GoldTrees]  # dev and test
+
+    @classmethod
+    def of(cls, splits: dict[str, TreeDataset]) -> StructuralGold:
+        distances = {
+            role: [tree_distances(h) for h in split.sentence_heads()]
+            for role, split in splits.items()
+        }
+        scorers = {
+            role: GoldTrees(distances[role], splits[role].sentence_punct()).prepared()
+            for role in EVAL_ROLES
+        }
+        return cls(distances, scorers)
+
+    def check(self, splits: dict[str, TreeDataset]) -> None:
+        """That these are the gold trees of ``splits`` (every role, sentence and length)."""
+        for role, split in splits.items():
+            lengths = [len(matrix) for matrix in self.distances.get(role, [])]
+            if lengths != list(split.sentence_lengths):
+                raise ValueError(f"the gold distances of {role} are not of its sentences")
+
+
 def _padded_distances(
     gold: Sequence[np.ndarray], plan: Sequence[SentenceBatch]
 ) -> list[torch.Tensor]:
@@ -1697,11 +1733,12 @@ def train_heads(
     metric: TaskMetric | str | None = None,
     vocabulary: LabelVocabulary | None = None,
     bits: bool = False,
+    gold: StructuralGold | None = None,
 ) -> list[ProbeResult]:
     """Train every head on ``splits`` (train, dev, test) together and score each; ``kind`` is
     ``token`` or ``pair`` (then ``metric`` and ``vocabulary`` are needed; ``bits``: the results
-    give the cross-entropy in bits too), ``arc`` or ``structural``. Results come in the order of
-    ``heads``."""
+    give the cross-entropy in bits too), ``arc`` or ``structural`` (``gold``: the splits' gold
+    side made once for many fits, else made here). Results come in the order of ``heads``."""
     settings.check()
     if any(head.baseline for head in heads) and kind not in ("token", "pair"):
         raise ValueError("conditional heads (layer 0 beside a mode) are for token and pair probes")
@@ -1719,7 +1756,7 @@ def train_heads(
     elif kind == "arc":
         probes = ArcProbes(heads, splits, settings)  # type: ignore[arg-type]
     elif kind == "structural":
-        probes = StructuralProbes(heads, splits, settings)  # type: ignore[arg-type]
+        probes = StructuralProbes(heads, splits, settings, gold)  # type: ignore[arg-type]
     else:
         raise ValueError(f"unknown probe kind {kind!r}")
     fit = fit_heads(probes, Schedule.of(settings, kind))

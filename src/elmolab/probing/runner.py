@@ -66,7 +66,9 @@ from elmolab.probing.engine import (
     Head,
     ProbeResult,
     ProbeSettings,
+    StructuralGold,
     online_code_block,
+    probe_dtype,
     probe_precision,
     train_heads,
 )
@@ -220,6 +222,8 @@ def _probe_cell(
     kind = TaskKind(task.kind)
     twins = layer0_twins(settings, modes, task.datasets())
     num_layers = next(iter(splits.values()))["train"].num_layers
+    # the structural probe's gold side: the same trees for every encoder, made once for all jobs
+    gold = StructuralGold.of(next(iter(splits.values()))) if kind is TaskKind.STRUCTURAL else None
     jobs = plan_jobs(
         kind,
         modes,
@@ -235,7 +239,7 @@ def _probe_cell(
             lambda job=job: (
                 _code_fit(job, splits[job.encoder], labels, settings, task.metric)
                 if job.block is not None
-                else _fit(task, kind, job, splits[job.encoder], labels, settings)
+                else _fit(task, kind, job, splits[job.encoder], labels, settings, gold)
             )
             for job in jobs
         ],
@@ -368,7 +372,9 @@ def load_splits(
 ) -> tuple[dict[str, dict[str, Any]], TaskLabels | None]:
     """Every encoder's train, dev and test split of ``task``, each one contiguous array in its
     stored type (with ``probe.standardize``, each layer standardized by its train split's
-    statistics), and (token and pair tasks) the task's labels."""
+    statistics; tree tasks' then in the type their probes read, :func:`probe_dtype`, which
+    every job would otherwise convert on its own), and (token and pair tasks) the task's
+    labels."""
     sources = task_sources(task, data)
     kind = TaskKind(task.kind)
     splits: dict[str, dict[str, Any]] = {}
@@ -399,6 +405,13 @@ def load_splits(
             splits[encoder][role] = split
         if settings.standardize:
             standardize_layers(splits[encoder])
+        if kind.is_tree:
+            converted: dict[int, torch.Tensor] = {}  # an array two roles share, converted once
+            for role, split in splits[encoder].items():
+                key = split.features.data_ptr()
+                if key not in converted:
+                    converted[key] = split.features.to(probe_dtype(settings))
+                splits[encoder][role] = dataclasses.replace(split, features=converted[key])
     return splits, labels
 
 
@@ -409,8 +422,10 @@ def _fit(
     splits: dict[str, Any],
     labels: TaskLabels | None,
     settings: ProbeSettings,
+    gold: StructuralGold | None = None,
 ) -> tuple[list[ProbeResult], dict[str, int]]:
-    """One job's results, and the counts of the splits it trained and scored on."""
+    """One job's results, and the counts of the splits it trained and scored on (``gold``: the
+    structural probe's, made once for the cell)."""
     train = splits["train"]
     if job.fraction < 1.0:
         train = train.subset(training_subset(len(train.sentence_lengths), job.fraction, settings))
@@ -423,6 +438,7 @@ def _fit(
         metric=None if kind.is_tree else task.metric,
         vocabulary=None if labels is None else labels.vocabulary,
         bits=(task.mdl or task.conditional) and job.fraction == 1.0,
+        gold=gold,
     )
     counts = {f"n_{role}_tokens": int(fit_splits[role].features.shape[1]) for role in ROLES}
     counts["n_train_sentences"] = len(train.sentence_lengths)

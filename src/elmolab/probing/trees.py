@@ -18,7 +18,6 @@ from functools import cached_property
 
 import numpy as np
 import torch
-from scipy.stats import rankdata
 
 DSPR_LENGTHS = (5, 50)  # sentence lengths that DSpr averages over, as H&M's reporter
 
@@ -206,6 +205,12 @@ class GoldTrees:
         for number, matrix in enumerate(self.distances):
             self.by_length[len(matrix)].append(number)
 
+    def prepared(self) -> GoldTrees:
+        """This, with what every score needs (:attr:`edges`, :attr:`ranks`) computed now: made
+        before a cell's workers fork, each of them reads it."""
+        self.edges, self.ranks  # noqa: B018  (cached properties: computed on first read)
+        return self
+
     @cached_property
     def edges(self) -> list[set[tuple[int, int]]]:
         """Per sentence the gold edges among its non-punctuation words (the gold arcs when
@@ -277,6 +282,9 @@ class GoldTrees:
 
 def _centered_ranks(rows: np.ndarray) -> np.ndarray:
     """Each row's average ranks (ties share their mean rank), minus the row's mean: ``(r, n)``."""
+    # imported here: scipy.stats takes half a second to import, in every probe cell's process
+    from scipy.stats import rankdata
+
     ranks = rankdata(rows, axis=1)
     return ranks - ranks.mean(axis=1, keepdims=True)
 
