@@ -1670,8 +1670,8 @@ class StructuralGold:
     """The gold side of the structural probe's splits: each sentence's tree distances, and for
     dev and test what scoring every head needs of the gold trees (:class:`GoldTrees`, its
     spanning trees and distance ranks computed). It depends on the trees alone, not on the
-    features: a cell makes it once for every encoder and job, before its workers fork (about a
-    second of EWT's, which each of a cell's 18 jobs used to spend)."""
+    features: a cell makes it once for every encoder and job, before its workers fork (on EWT
+    about a second, which each of the cell's 18 jobs used to spend)."""
 
     distances: dict[str, list[np.ndarray]]  # role -> per sentence (n, n)
     scorers: dict[str, GoldTrees]  # dev and test
@@ -1689,7 +1689,8 @@ class StructuralGold:
         return cls(distances, scorers)
 
     def check(self, splits: dict[str, TreeDataset]) -> None:
-        """That these are the gold trees of ``splits`` (every role, sentence and length)."""
+        """That these are the gold trees of ``splits``: every role's, as many sentences, each of
+        its length (a gold side made for other splits would score against the wrong trees)."""
         for role, split in splits.items():
             lengths = [len(matrix) for matrix in self.distances.get(role, [])]
             if lengths != list(split.sentence_lengths):
