@@ -381,6 +381,7 @@ def load_splits(
     labels = None
     if kind.is_tree:
         trees = tree_splits(sources)
+        as_probed = probe_dtype(settings)
     else:
         labels = task_labels(task, sources)
     for encoder in settings.encoders:
@@ -410,7 +411,7 @@ def load_splits(
             for role, split in splits[encoder].items():
                 key = split.features.data_ptr()
                 if key not in converted:
-                    converted[key] = split.features.to(probe_dtype(settings))
+                    converted[key] = split.features.to(as_probed)
                 splits[encoder][role] = dataclasses.replace(split, features=converted[key])
     return splits, labels
 
