@@ -25,7 +25,17 @@ every head runs ``--epochs``. The closing line compares with the measured stage 
 ``--precision 32-true bf16-mixed`` predicts the stage in each ``probe.precision`` side by side
 (bf16-mixed only pays where the CPU has native bf16 instructions).
 
-Run: .venv/bin/python bench/probe.py [--features DIR] [--encoder trained] [--tasks upos ...]
+Arithmetic: the same steps, the dev evaluation and the job's end once more under PyTorch's FLOP
+counter (its matrix products, forward and backward), summed over the stage's jobs and epochs as
+their time is, and divided by the fastest rate of a few products of the probes' shapes timed here
+(one thread, the probes' type) on ``probe.workers`` cores kept busy throughout: the time the
+stage's products would take at that rate, a floor under any engine that computes the same
+products. What the prediction spends above it goes to everything else (gathers, copies,
+elementwise work, Adam, each operation's dispatch).
+
+Run: .venv/bin/python bench/probe.py [OVERRIDE ...] [--features DIR] [--encoder trained]
+[--tasks upos ...], e.g. ``bench/probe.py experiment=accuracy`` for the grid without the
+information measures (Hydra overrides of ``conf/``, as ``bench/probe_stage.py`` takes them).
 """
 
 from __future__ import annotations
@@ -39,10 +49,13 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
 
 from elmolab.config import section
 from elmolab.extract import ExtractConfig
@@ -57,6 +70,7 @@ from elmolab.probing.engine import (
     Schedule,
     StructuralProbes,
     TokenProbes,
+    probe_dtype,
     probe_precision,
     train_step,
 )
@@ -94,9 +108,49 @@ def head_epochs(epochs: list[int]) -> float:
     return sum(sum(e >= epoch for e in epochs) / len(epochs) for epoch in range(1, longest + 1))
 
 
-def job_epoch_seconds(kind: TaskKind, splits, labels, task, settings, heads, steps: int):
-    """One epoch of a job: (seconds of a training step, steps per epoch, dev evaluation), and
-    the job's end: every head scored on dev and test and its results assembled."""
+class ProductFlops(TorchDispatchMode):
+    """The FLOPs of the matrix products run inside it (PyTorch's FLOP formulas, forward and
+    backward), without the module hooks of its FlopCounterMode, which fail on evaluations under
+    ``no_grad``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = 0
+        self.formulas = FlopCounterMode(display=False).flop_registry
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        formula = self.formulas.get(func._overloadpacket)
+        if formula is not None:
+            self.total += formula(*args, **kwargs, out_val=out)
+        return out
+
+
+@dataclass
+class JobCost:
+    """One job's epoch and end, in seconds and in FLOPs of its matrix products."""
+
+    step: float  # seconds of a training step, every head active (the median of those timed)
+    steps: int  # steps per epoch
+    dev: float  # seconds of a dev evaluation
+    end: float  # seconds of the end: every head scored on dev and test, results assembled
+    step_flops: float  # of a training step (the mean over those timed), forward and backward
+    dev_flops: float
+    end_flops: float
+
+    @property
+    def epoch(self) -> float:
+        return self.step * self.steps + self.dev
+
+    @property
+    def epoch_flops(self) -> float:
+        return self.step_flops * self.steps + self.dev_flops
+
+
+def job_cost(kind: TaskKind, splits, labels, task, settings, heads, steps: int) -> JobCost:
+    """One epoch of a job (a training step, the steps of an epoch, a dev evaluation) and its end
+    (every head scored on dev and test and its results assembled), timed, then counted."""
     if kind.is_tree:
         probes = (ArcProbes if kind is TaskKind.ARC else StructuralProbes)(heads, splits, settings)
     else:
@@ -124,8 +178,47 @@ def job_epoch_seconds(kind: TaskKind, splits, labels, task, settings, heads, ste
         dev = time.perf_counter() - started
     started = time.perf_counter()
     empty = [[] for _ in heads]
-    probes.results(FitTrace(empty, [0] * len(heads), [False] * len(heads), 0.0))
-    return statistics.median(times), len(epoch), dev, time.perf_counter() - started
+    trace = FitTrace(empty, [0] * len(heads), [False] * len(heads), 0.0)
+    probes.results(trace)
+    end = time.perf_counter() - started
+    # the same work once more, counted (the counter slows what it counts)
+    probes.train()
+    with ProductFlops() as counted:
+        for step in epoch[:steps]:
+            train_step(probes, optimizer, step, active)
+    step_flops = counted.total / len(epoch[:steps])
+    probes.eval()
+    with ProductFlops() as counted, torch.no_grad(), probes.autocast():
+        probes.evaluate("dev", active)
+    dev_flops = counted.total
+    with ProductFlops() as counted:
+        probes.results(trace)
+    return JobCost(
+        statistics.median(times), len(epoch), dev, end, step_flops, dev_flops, counted.total
+    )
+
+
+# (rows, inner, columns) of products like the probes': a minibatch through a wide bilinear map, a
+# layer-wide one, and a classifier over the labels, side by side for a dozen heads
+RATE_SHAPES = ((1024, 768, 768), (1024, 256, 256), (1024, 768, 600))
+
+
+def product_rate(dtype: torch.dtype, repeats: int = 20) -> tuple[float, tuple[int, int, int]]:
+    """The fastest of :data:`RATE_SHAPES` in ``dtype`` on this thread: (FLOP/s, its shape)."""
+    best = (0.0, RATE_SHAPES[0])
+    for shape in RATE_SHAPES:
+        rows, inner, columns = shape
+        a, b = torch.randn(rows, inner).to(dtype), torch.randn(inner, columns).to(dtype)
+        for _ in range(3):
+            a @ b
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - started)
+        rate = 2 * rows * inner * columns / min(times)
+        best = max(best, (rate, shape))
+    return best
 
 
 def makespan(durations: list[float], workers: int) -> float:
@@ -148,6 +241,7 @@ def startup_seconds() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=accuracy")
     parser.add_argument("--features", default=str(ROOT / "artifacts" / "features"))
     parser.add_argument("--encoder", default="trained")
     parser.add_argument("--tasks", nargs="*", help="default: grid.tasks")
@@ -158,14 +252,14 @@ def main() -> None:
     parser.add_argument(
         "--precision",
         nargs="+",
-        default=["auto"],
         choices=PRECISIONS,
-        help="probe.precision, each predicted in turn (side by side: 32-true bf16-mixed)",
+        help="probe.precision, each predicted in turn (side by side: 32-true bf16-mixed);"
+        " default: the composed probe.precision",
     )
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
-    cfg = OmegaConf.create(compose_params(CONF))
+    cfg = OmegaConf.create(compose_params(CONF, args.overrides))
     OmegaConf.update(cfg, "probe.features_dir", args.features)
     grid = section(cfg, "grid", GridConfig)
     settings = section(cfg, "probe", ProbeSettings)
@@ -176,36 +270,53 @@ def main() -> None:
     records = previous_epochs(Path(args.probes))
     print(
         f"CPU: {cpu_model()}, {os.cpu_count()} cores;"
-        f" one thread per job, workers {settings.workers}"
+        f" one thread per job, workers {settings.workers}; overrides: {args.overrides or 'none'}"
     )
     print(f"epochs per job: {'from ' + args.probes if records else f'--epochs {args.epochs}'}")
     startup = startup_seconds()
     print(f"cell start-up (interpreter and imports): {startup:.1f} s")
     totals = {}
-    for precision in args.precision:
+    precisions = args.precision or [settings.precision]
+    for precision in precisions:
         settings.precision = one.precision = precision
         chosen = probe_precision(settings)
         print(f"probe.precision {precision}: {chosen.precision} ({chosen.reason})")
-        seconds = predict_stage(args, cfg, settings, one, catalog, modes, records, startup)
+        rate, shape = product_rate(probe_dtype(settings))
+        print(
+            f"product rate ({chosen.precision}, one thread): {rate / 1e9:.0f} GFLOP/s,"
+            f" the fastest of {len(RATE_SHAPES)} shapes ({' x '.join(map(str, shape))})"
+        )
+        seconds, flops = predict_stage(
+            args, cfg, settings, one, catalog, modes, records, startup, rate
+        )
         totals[precision] = seconds
+        floor = flops / rate / settings.workers
         print(f"predicted probe stage ({chosen.precision}): {seconds / 60:.1f} min")
+        print(
+            f"its products: {flops / 1e12:.0f} TFLOP, {floor / 60:.1f} min at"
+            f" {rate / 1e9:.0f} GFLOP/s on each of {settings.workers} cores"
+            f" ({floor / seconds:.0%} of the prediction; the rest is everything else)"
+        )
     if len(totals) > 1:
-        first, *rest = args.precision
+        first, *rest = precisions
         for other in rest:
             print(f"{other} / {first}: {totals[other] / totals[first]:.2f} of the time")
     if args.measured:
-        total = totals[args.precision[0]]
+        total = totals[precisions[0]]
         print(
             f"measured: {args.measured / 60:.1f} min;"
-            f" predicted ({args.precision[0]}) / measured = {total / args.measured:.2f}"
+            f" predicted ({precisions[0]}) / measured = {total / args.measured:.2f}"
         )
 
 
-def predict_stage(args, cfg, settings, one, catalog, modes, records, startup: float) -> float:
-    """The probe stage's predicted seconds with ``settings`` (every task of ``args.tasks``)."""
+def predict_stage(
+    args, cfg, settings, one, catalog, modes, records, startup: float, rate: float
+) -> tuple[float, float]:
+    """The probe stage's predicted seconds with ``settings`` (every task of ``args.tasks``), and
+    the FLOPs of its matrix products (``rate``: FLOP/s a core, for each task's floor)."""
     grid = section(cfg, "grid", GridConfig)
     encoders = list(settings.encoders)
-    total = 0.0
+    total = flops = 0.0
     for name in args.tasks or grid.tasks:
         if name in grid.tasks:
             task = grid.tasks[name]
@@ -238,11 +349,10 @@ def predict_stage(args, cfg, settings, one, catalog, modes, records, startup: fl
             mdl=task.mdl,
             num_layers=data["train"].num_layers,
         )
-        measured: dict[
-            tuple[float, int], tuple[float, float]
-        ] = {}  # (fraction, heads) -> epoch, end
+        measured: dict[tuple[float, int], JobCost] = {}  # (fraction, heads) -> its cost
         durations = []
         lines = []
+        task_flops = 0.0
         for job in jobs:  # the runner's jobs, in its order
             key = (job.fraction, len(job.heads))
             if key not in measured:  # the cost of a job: its training set and number of heads
@@ -250,28 +360,36 @@ def predict_stage(args, cfg, settings, one, catalog, modes, records, startup: fl
                 if job.fraction < 1.0:
                     subset = training_subset(len(train.sentence_lengths), job.fraction, settings)
                     train = train.subset(subset)
-                step, steps, dev, end = job_epoch_seconds(
+                cost = job_cost(
                     kind, {**data, "train": train}, labels, task, settings, job.heads, args.steps
                 )
-                measured[key] = (step * steps + dev, end)
+                measured[key] = cost
                 lines.append(
                     f"f={job.fraction:g}, {len(job.heads)} heads:"
-                    f" step {step * 1e3:.1f} ms x {steps} + dev {dev:.1f} s"
-                    f" = {step * steps + dev:.1f} s/epoch, end {end:.1f} s"
+                    f" step {cost.step * 1e3:.1f} ms x {cost.steps} + dev {cost.dev:.1f} s"
+                    f" = {cost.epoch:.1f} s/epoch, end {cost.end:.1f} s;"
+                    f" {cost.step_flops / 1e9:.2f} GFLOP a step"
                 )
-            epoch, end = measured[key]
+            cost = measured[key]
             recorded = [
                 e
                 for seed in sorted({head.seed for head in job.heads})
                 for e in records.get((name, job.encoder, job.fraction, seed), [])
             ]
             epochs = head_epochs(recorded) if recorded else args.epochs
-            durations.append(epoch * epochs + end)
+            durations.append(cost.epoch * epochs + cost.end)
+            task_flops += cost.epoch_flops * epochs + cost.end_flops
         seconds = startup + load * len(encoders) + makespan(durations, settings.workers)
+        floor = task_flops / rate / settings.workers
         total += seconds
+        flops += task_flops
         print(f"{name:13s} {kind.value:10s} {len(jobs)} jobs; " + "; ".join(lines))
-        print(f"{'':13s} load {load:.1f} s x {len(encoders)} encoders; stage share {seconds:.0f} s")
-    return total
+        print(
+            f"{'':13s} load {load:.1f} s x {len(encoders)} encoders; stage share {seconds:.0f} s;"
+            f" products {task_flops / 1e12:.1f} TFLOP = {floor:.0f} s at the rate below"
+            f" ({floor / seconds:.0%})"
+        )
+    return total, flops
 
 
 if __name__ == "__main__":
