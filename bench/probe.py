@@ -293,7 +293,7 @@ def main() -> None:
         floor = flops / rate / settings.workers
         print(f"predicted probe stage ({chosen.precision}): {seconds / 60:.1f} min")
         print(
-            f"its products: {flops / 1e12:.0f} TFLOP, {floor / 60:.1f} min at"
+            f"its products: {flops / 1e12:.1f} TFLOP, {floor / 60:.1f} min at"
             f" {rate / 1e9:.0f} GFLOP/s on each of {settings.workers} cores"
             f" ({floor / seconds:.0%} of the prediction; the rest is everything else)"
         )
@@ -386,7 +386,7 @@ def predict_stage(
         print(f"{name:13s} {kind.value:10s} {len(jobs)} jobs; " + "; ".join(lines))
         print(
             f"{'':13s} load {load:.1f} s x {len(encoders)} encoders; stage share {seconds:.0f} s;"
-            f" products {task_flops / 1e12:.1f} TFLOP = {floor:.0f} s at the rate below"
+            f" products {task_flops / 1e12:.1f} TFLOP = {floor:.0f} s at the product rate above"
             f" ({floor / seconds:.0%})"
         )
     return total, flops
