@@ -108,44 +108,61 @@ def head_epochs(epochs: list[int]) -> float:
     return sum(sum(e >= epoch for e in epochs) / len(epochs) for epoch in range(1, longest + 1))
 
 
-class ProductFlops(TorchDispatchMode):
-    """The FLOPs of the matrix products run inside it (PyTorch's FLOP formulas, forward and
-    backward), without the module hooks of its FlopCounterMode, which fail on evaluations under
-    ``no_grad``."""
+@dataclass
+class Products:
+    """Matrix products: their FLOPs and the seconds they ran."""
+
+    flops: float = 0.0
+    seconds: float = 0.0
+
+    def __add__(self, other: Products) -> Products:
+        return Products(self.flops + other.flops, self.seconds + other.seconds)
+
+    def __mul__(self, times: float) -> Products:
+        return Products(self.flops * times, self.seconds * times)
+
+
+class CountProducts(TorchDispatchMode):
+    """The matrix products run inside it, forward and backward (:class:`Products`: PyTorch's FLOP
+    formulas, and each product timed as it runs), without the module hooks of FlopCounterMode,
+    which fail on evaluations under ``no_grad``."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.total = 0
+        self.products = Products()
         self.formulas = FlopCounterMode(display=False).flop_registry
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
         formula = self.formulas.get(func._overloadpacket)
-        if formula is not None:
-            self.total += formula(*args, **kwargs, out_val=out)
+        if formula is None:
+            return func(*args, **kwargs)
+        started = time.perf_counter()
+        out = func(*args, **kwargs)
+        seconds = time.perf_counter() - started
+        self.products += Products(formula(*args, **kwargs, out_val=out), seconds)
         return out
 
 
 @dataclass
 class JobCost:
-    """One job's epoch and end, in seconds and in FLOPs of its matrix products."""
+    """One job's epoch and end: their seconds, and their matrix products."""
 
     step: float  # seconds of a training step, every head active (the median of those timed)
     steps: int  # steps per epoch
     dev: float  # seconds of a dev evaluation
     end: float  # seconds of the end: every head scored on dev and test, results assembled
-    step_flops: float  # of a training step (the mean over those timed), forward and backward
-    dev_flops: float
-    end_flops: float
+    step_products: Products  # of a training step (the mean over those timed), with its backward
+    dev_products: Products
+    end_products: Products
 
     @property
     def epoch(self) -> float:
         return self.step * self.steps + self.dev
 
     @property
-    def epoch_flops(self) -> float:
-        return self.step_flops * self.steps + self.dev_flops
+    def epoch_products(self) -> Products:
+        return self.step_products * self.steps + self.dev_products
 
 
 def job_cost(kind: TaskKind, splits, labels, task, settings, heads, steps: int) -> JobCost:
@@ -183,18 +200,24 @@ def job_cost(kind: TaskKind, splits, labels, task, settings, heads, steps: int) 
     end = time.perf_counter() - started
     # the same work once more, counted (the counter slows what it counts)
     probes.train()
-    with ProductFlops() as counted:
+    with CountProducts() as counted:
         for step in epoch[:steps]:
             train_step(probes, optimizer, step, active)
-    step_flops = counted.total / len(epoch[:steps])
+    step_products = counted.products * (1 / len(epoch[:steps]))
     probes.eval()
-    with ProductFlops() as counted, torch.no_grad(), probes.autocast():
+    with CountProducts() as counted, torch.no_grad(), probes.autocast():
         probes.evaluate("dev", active)
-    dev_flops = counted.total
-    with ProductFlops() as counted:
+    dev_products = counted.products
+    with CountProducts() as counted:
         probes.results(trace)
     return JobCost(
-        statistics.median(times), len(epoch), dev, end, step_flops, dev_flops, counted.total
+        statistics.median(times),
+        len(epoch),
+        dev,
+        end,
+        step_products,
+        dev_products,
+        counted.products,
     )
 
 
@@ -286,17 +309,15 @@ def main() -> None:
             f"product rate ({chosen.precision}, one thread): {rate / 1e9:.0f} GFLOP/s,"
             f" the fastest of {len(RATE_SHAPES)} shapes ({' x '.join(map(str, shape))})"
         )
-        seconds, flops = predict_stage(
+        seconds, products = predict_stage(
             args, cfg, settings, one, catalog, modes, records, startup, rate
         )
         totals[precision] = seconds
-        floor = flops / rate / settings.workers
         print(f"predicted probe stage ({chosen.precision}): {seconds / 60:.1f} min")
         print(
-            f"its products: {flops / 1e12:.1f} TFLOP, {floor / 60:.1f} min at"
-            f" {rate / 1e9:.0f} GFLOP/s on each of {settings.workers} cores"
-            f" ({floor / seconds:.0%} of the prediction; the rest is everything else)"
+            f"its products on {settings.workers} cores busy throughout (the rest: everything else):"
         )
+        print(products_summary(products, rate, settings.workers, seconds, minutes=True))
     if len(totals) > 1:
         first, *rest = precisions
         for other in rest:
@@ -309,14 +330,30 @@ def main() -> None:
         )
 
 
+def products_summary(
+    products: Products, rate: float, workers: int, seconds: float, minutes: bool = False
+) -> str:
+    """What ``products`` take on ``workers`` cores at ``rate`` (FLOP/s a core) and as fast as
+    they ran in the steps, against ``seconds`` predicted."""
+    unit, scale = ("min", 60) if minutes else ("s", 1)
+    floor = products.flops / rate / workers
+    ran = products.seconds / workers
+    return (
+        f"products {products.flops / 1e12:.1f} TFLOP: {floor / scale:.1f} {unit} at the rate"
+        f" above ({floor / seconds:.0%}), {ran / scale:.1f} {unit} at the"
+        f" {products.flops / products.seconds / 1e9:.0f} GFLOP/s they ran at ({ran / seconds:.0%})"
+    )
+
+
 def predict_stage(
     args, cfg, settings, one, catalog, modes, records, startup: float, rate: float
-) -> tuple[float, float]:
+) -> tuple[float, Products]:
     """The probe stage's predicted seconds with ``settings`` (every task of ``args.tasks``), and
-    the FLOPs of its matrix products (``rate``: FLOP/s a core, for each task's floor)."""
+    its matrix products (``rate``: FLOP/s a core, for each task's floor)."""
     grid = section(cfg, "grid", GridConfig)
     encoders = list(settings.encoders)
-    total = flops = 0.0
+    total = 0.0
+    products = Products()
     for name in args.tasks or grid.tasks:
         if name in grid.tasks:
             task = grid.tasks[name]
@@ -352,7 +389,7 @@ def predict_stage(
         measured: dict[tuple[float, int], JobCost] = {}  # (fraction, heads) -> its cost
         durations = []
         lines = []
-        task_flops = 0.0
+        task_products = Products()
         for job in jobs:  # the runner's jobs, in its order
             key = (job.fraction, len(job.heads))
             if key not in measured:  # the cost of a job: its training set and number of heads
@@ -368,7 +405,7 @@ def predict_stage(
                     f"f={job.fraction:g}, {len(job.heads)} heads:"
                     f" step {cost.step * 1e3:.1f} ms x {cost.steps} + dev {cost.dev:.1f} s"
                     f" = {cost.epoch:.1f} s/epoch, end {cost.end:.1f} s;"
-                    f" {cost.step_flops / 1e9:.2f} GFLOP a step"
+                    f" {cost.step_products.flops / 1e9:.2f} GFLOP a step"
                 )
             cost = measured[key]
             recorded = [
@@ -378,18 +415,16 @@ def predict_stage(
             ]
             epochs = head_epochs(recorded) if recorded else args.epochs
             durations.append(cost.epoch * epochs + cost.end)
-            task_flops += cost.epoch_flops * epochs + cost.end_flops
+            task_products += cost.epoch_products * epochs + cost.end_products
         seconds = startup + load * len(encoders) + makespan(durations, settings.workers)
-        floor = task_flops / rate / settings.workers
         total += seconds
-        flops += task_flops
+        products += task_products
         print(f"{name:13s} {kind.value:10s} {len(jobs)} jobs; " + "; ".join(lines))
         print(
             f"{'':13s} load {load:.1f} s x {len(encoders)} encoders; stage share {seconds:.0f} s;"
-            f" products {task_flops / 1e12:.1f} TFLOP = {floor:.0f} s at the product rate above"
-            f" ({floor / seconds:.0%})"
+            f" {products_summary(task_products, rate, settings.workers, seconds)}"
         )
-    return total, flops
+    return total, products
 
 
 if __name__ == "__main__":
