@@ -279,7 +279,7 @@ def main() -> None:
         help="probe.precision, each predicted in turn (side by side: 32-true bf16-mixed);"
         " default: the composed probe.precision",
     )
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
     cfg = OmegaConf.create(compose_params(CONF, args.overrides))

@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=accuracy")
     parser.add_argument("--tasks", nargs="+", help="these cells only (default: every one)")
     parser.add_argument("--keep", type=Path, help="write the cells' results here (else a temp dir)")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()
     workspace = args.workspace.resolve()
     features = workspace / "artifacts" / "features"
     if not features.is_dir() or not (workspace / "data").is_dir():
