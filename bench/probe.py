@@ -55,7 +55,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import flop_registry
 
 from elmolab.config import section
 from elmolab.extract import ExtractConfig
@@ -123,18 +123,17 @@ class Products:
 
 
 class CountProducts(TorchDispatchMode):
-    """The matrix products run inside it, forward and backward (:class:`Products`: PyTorch's FLOP
-    formulas, and each product timed as it runs), without the module hooks of FlopCounterMode,
-    which fail on evaluations under ``no_grad``."""
+    """The matrix products run inside it, forward and backward (:class:`Products`: the FLOP
+    formulas of PyTorch's FlopCounterMode, and each product timed as it runs), without that mode's
+    module hooks, which fail on evaluations under ``no_grad``."""
 
     def __init__(self) -> None:
         super().__init__()
         self.products = Products()
-        self.formulas = FlopCounterMode(display=False).flop_registry
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        formula = self.formulas.get(func._overloadpacket)
+        formula = flop_registry.get(func._overloadpacket)
         if formula is None:
             return func(*args, **kwargs)
         started = time.perf_counter()
