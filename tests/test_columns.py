@@ -4,6 +4,7 @@ every malformed input reported with its file and line."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 from conftest import expect_error
 from omegaconf import OmegaConf
 from seqeval.metrics import f1_score
+from seqeval.metrics.sequence_labeling import get_entities
 from seqeval.scheme import IOB1, IOB2, IOBES
 
 from elmolab.config import section
@@ -24,6 +26,7 @@ from elmolab.probing.tasks import (
     task_labels,
 )
 from elmolab.text.conll import (
+    LOOSE_BEGINS,
     Separator,
     TagScheme,
     column_scheme,
@@ -149,8 +152,13 @@ def test_iob1_without_adjacent_spans_is_io_and_reads_the_same(tmp_path: Path) ->
         ([["O", "B-PER", "I-PER"]], TagScheme.IOB2),
         ([["B-PER"]], TagScheme.IOB2),  # a B- that opens the sentence opens a span
         ([["I-LOC", "B-PER"]], TagScheme.IOB2),  # after another type: it opens a span
-        # mixed: a B- opens a span, so IOB2, whose check then rejects the I- after O
+        # as many spans opened by I- as by B-: IOB2, whose check then rejects the I- after O
         ([["O", "I-PER"], ["B-LOC"]], TagScheme.IOB2),
+        # most spans opened by I-: IOB1 (CoNLL-2003's B-MISC after O), however the B- is used
+        ([["O", "I-PER"], ["I-LOC", "O", "B-MISC"]], TagScheme.IOB1),
+        ([["I-ORG", "I-ORG", "B-PER"], ["I-LOC"]], TagScheme.IOB1),  # B- after another type
+        # most spans opened by B-: IOB2 with a stray I- (its check reports that line)
+        ([["B-PER", "O", "B-LOC"], ["O", "I-ORG"]], TagScheme.IOB2),
         ([["I-PER", "B-PER", "O"]], TagScheme.IOB1),  # B- only between two PER spans
         ([["O", "I-PER", "I-PER", "I-LOC"]], TagScheme.IO),
         ([["O", "O"]], TagScheme.IO),  # no spans at all
@@ -388,14 +396,6 @@ GOOD = "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\n"  # li
         ),
         pytest.param(
             GOOD,
-            {"scheme": TagScheme.IOB1},
-            3,
-            "tag 'B-ORG' follows 'O': IOB1 opens a span with I-ORG and uses B-ORG only right"
-            " after another ORG span",
-            id="IOB1-given-IOB2-data",
-        ),
-        pytest.param(
-            GOOD,
             {"scheme": TagScheme.IO},
             3,
             "tag 'B-ORG' is not IO (expected O or I-TYPE)",
@@ -418,6 +418,44 @@ def test_bad_input(tmp_path: Path, text: str, options: dict, line: int, problem:
     path = write(tmp_path, "train.txt", text)
     options = {"scheme": TagScheme.IOB2, **options}
     expect_error(lambda: read_columns(path, **options), path, line, problem)
+
+
+# IOB1 as conlleval reads it: each of these B- tags opens a span where I- would have; the
+# sentences hold the spans conlleval counts, and read_columns counts the B- tags.
+LOOSE_IOB1 = """-DOCSTART- -X- -X- O
+
+the DT I-NP O
+Atlanta NNP I-NP B-MISC
+Games NNPS I-NP I-MISC
+and CC O O
+
+Bill NNP I-NP B-PER
+Smith NNP I-NP I-PER
+of IN I-PP I-ORG
+Reuters NNP I-NP B-LOC
+Mary NNP I-NP B-LOC
+"""
+
+
+def test_iob1_b_after_o_or_another_type_opens_a_span_and_is_counted(tmp_path: Path) -> None:
+    path = write(tmp_path, "train.txt", LOOSE_IOB1)
+    counts: Counter[str] = Counter()
+    read = read_columns(path, TagScheme.IOB1, counts=counts)
+    assert [s.tags for s in read] == [
+        ("O", "B-MISC", "I-MISC", "O"),
+        # B-PER first in its sentence, B-LOC after ORG: loose; B-LOC after LOC separates two spans
+        ("B-PER", "I-PER", "B-ORG", "B-LOC", "B-LOC"),
+    ]
+    assert counts == {LOOSE_BEGINS: 3}
+    # conlleval's spans (seqeval's default mode reads IOB1 B-/I- tags the same way)
+    assert [get_entities(list(s.tags)) for s in read] == [
+        get_entities(tags)
+        for tags in (["O", "B-MISC", "I-MISC", "O"], ["B-PER", "I-PER", "I-ORG", "B-LOC", "B-LOC"])
+    ]
+    # the other schemes count nothing
+    iob2 = Counter[str]()
+    read_columns(write(tmp_path, "iob2.txt", GOOD), TagScheme.IOB2, counts=iob2)
+    assert iob2 == {}
 
 
 def test_a_file_of_docstart_lines_has_no_sentences(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ import dataclasses
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -216,7 +217,9 @@ class SplitSource:
     ``token_lines[i][j]`` is the 1-based line of token ``j`` of sentence ``i`` in ``path`` (token
     datasets; None for WSD, whose readers name lines themselves). WSD splits keep only the
     sentences with at least one sense-tagged instance. ``scheme`` is the tag scheme of a
-    ``columns`` dataset's files, whose tags the sentences hold converted to IOB2.
+    ``columns`` dataset's files, whose tags the sentences hold converted to IOB2; ``counts``, what
+    the reader read leniently in the whole file (``read_columns``' IOB1 ``B-`` tags after ``O``),
+    which the extract stage records.
     """
 
     dataset: str
@@ -226,6 +229,7 @@ class SplitSource:
     sentences: list[TaggedSentence]
     token_lines: list[list[int]] | None
     scheme: TagScheme | None = None
+    counts: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def units(self) -> list[list[str]]:
         """What each feature vector stands for, per sentence: tokens, or WSD instance ids."""
@@ -322,22 +326,24 @@ def read_split(
     if fmt.is_wsd:
         sentences: list[TaggedSentence] = [s for s in _read_wsd(fmt, path, wordnet) if s.instances]
         return SplitSource(name, split, fmt, path, sentences, None)
-    sentences, scheme = _read_tagged(name, config, fmt, path)
+    counts: Counter[str] = Counter()
+    sentences, scheme = _read_tagged(name, config, fmt, path, counts)
     lines = _token_lines(fmt, path, sentences)
     if carve is not None:
         train, dev = carve_dev(sentences, carve.fraction, carve.seed)
         line_of = {id(s): s_lines for s, s_lines in zip(sentences, lines, strict=True)}
         sentences = train if split == "train" else dev
         lines = [line_of[id(s)] for s in sentences]
-    return SplitSource(name, split, fmt, path, sentences, lines, scheme)
+    return SplitSource(name, split, fmt, path, sentences, lines, scheme, dict(counts))
 
 
 def _read_tagged(
-    name: str, config: DatasetConfig, fmt: DatasetFormat, path: Path
+    name: str, config: DatasetConfig, fmt: DatasetFormat, path: Path, counts: Counter[str]
 ) -> tuple[list[TaggedSentence], TagScheme | None]:
-    """The sentences of a token dataset's file, and the tag scheme of a columns dataset's files."""
+    """The sentences of a token dataset's file, and the tag scheme of a columns dataset's files
+    (whose reader adds to ``counts``)."""
     if fmt is DatasetFormat.COLUMNS:
-        return _read_columns(name, config, path)
+        return _read_columns(name, config, path, counts)
     readers = {
         DatasetFormat.CONLLU: read_conllu,
         DatasetFormat.CONLL2000: read_conll2000,
@@ -347,7 +353,7 @@ def _read_tagged(
 
 
 def _read_columns(
-    name: str, config: DatasetConfig, path: Path
+    name: str, config: DatasetConfig, path: Path, counts: Counter[str]
 ) -> tuple[list[TaggedSentence], TagScheme]:
     """A columns dataset's file read with its options, and its tag scheme.
 
@@ -373,6 +379,7 @@ def _read_columns(
         token_column=options.token_column,
         label_column=options.label_column,
         separator=separator,
+        counts=counts,
     )
     return list(sentences), scheme
 
