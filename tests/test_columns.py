@@ -1,6 +1,6 @@
 """The ``columns`` format: CoNLL-2003-style files in IO, IOB1, IOB2 and BIOES, read to the same
-IOB2 tags, their scheme detected, span F1 scored as seqeval scores the data's own scheme, and
-every malformed input reported with its file and line."""
+IOB2 tags, their scheme detected, span F1 counted as conlleval counts it, and every malformed
+input reported with its file and line."""
 
 from __future__ import annotations
 
@@ -211,6 +211,8 @@ PREDICTIONS = {
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_span_f1_equals_seqeval_on_the_data_scheme(tmp_path: Path, scheme: TagScheme) -> None:
+    """On well-formed tags, conlleval's count (span_f1 of the IOB2 labels) and seqeval's strict
+    reading of the data's own scheme find the same chunks."""
     gold_text, predicted_text, expected = PREDICTIONS[scheme]
     gold, predicted = [s.split() for s in gold_text], [s.split() for s in predicted_text]
     # a file of "token gold predicted" lines, read once per label column: both sides in IOB2
@@ -223,30 +225,26 @@ def test_span_f1_equals_seqeval_on_the_data_scheme(tmp_path: Path, scheme: TagSc
     gold_iob2 = [s.tags for s in read_columns(path, scheme, label_column=1)]
     predicted_iob2 = [s.tags for s in read_columns(path, scheme, label_column=2)]
     seqeval = f1_score(gold, predicted, mode="strict", scheme=SEQEVAL[scheme])
-    assert span_f1(gold_iob2, predicted_iob2, scheme) == pytest.approx(seqeval)
+    assert span_f1(gold_iob2, predicted_iob2) == pytest.approx(seqeval)
     assert seqeval == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_an_inside_tag_that_continues_no_span_opens_none(scheme: TagScheme) -> None:
-    # A probe may predict I-PER after O: seqeval's strict IOB2 reading leaves it outside every
-    # span, in every scheme; conlleval's (no scheme, the existing datasets) opens a span there.
-    gold, predicted = (
-        [["O", "B-PER", "I-PER", "O", "B-LOC"]],
-        [["O", "I-PER", "I-PER", "O", "B-LOC"]],
-    )
-    strict = f1_score(gold, predicted, mode="strict", scheme=IOB2)
-    assert span_f1(gold, predicted, scheme) == pytest.approx(strict) == pytest.approx(2 / 3)
-    assert span_f1(gold, predicted) == f1_score(gold, predicted, zero_division=0) == 1.0
-
-
-def test_task_score_uses_the_vocabulary_scheme() -> None:
-    gold = torch.tensor([2, 0, 1, 2])  # O B-PER I-PER O
-    predicted = torch.tensor([2, 1, 1, 2])  # O I-PER I-PER O
-    default = LabelVocabulary(["B-PER", "I-PER", "O"])
-    assert task_score("span_f1", predicted, gold, [4], default) == 1.0
-    bioes = LabelVocabulary(["B-PER", "I-PER", "O"], scheme=TagScheme.BIOES)
-    assert task_score("span_f1", predicted, gold, [4], bioes) == 0.0
+def test_an_inside_tag_that_continues_no_span_opens_one_in_every_scheme(
+    scheme: TagScheme,
+) -> None:
+    # A probe may predict I-PER after O: conlleval opens a chunk there, whatever the data's
+    # scheme, and the predictions written in that scheme hold that chunk.
+    labels = ["B-LOC", "B-PER", "I-PER", "O"]  # ids 0, 1, 2, 3
+    gold = torch.tensor([3, 1, 2, 3, 0])  # O B-PER I-PER O B-LOC
+    predicted = torch.tensor([3, 2, 2, 3, 0])  # O I-PER I-PER O B-LOC
+    vocabulary = LabelVocabulary(labels, scheme=scheme)
+    assert task_score("span_f1", predicted, gold, [5], vocabulary) == 1.0
+    [written] = vocabulary.decode_in_data_scheme(predicted, [5])
+    if scheme is TagScheme.IOB2:  # IOB2 predictions are written as predicted: the same chunks
+        assert written == ["O", "I-PER", "I-PER", "O", "B-LOC"]
+    else:
+        assert written == spans_to_tags([(1, 3, "PER"), (4, 5, "LOC")], 5, scheme)
 
 
 def ner_task(train: str, dev: str, test: str) -> TaskConfig:
@@ -261,6 +259,7 @@ def ner_task(train: str, dev: str, test: str) -> TaskConfig:
         unseen="raise",
         control_seed=None,
         wordnet=None,
+        family="semantic",
     )
 
 
@@ -512,9 +511,9 @@ def test_unknown_column_option_is_rejected() -> None:
     expect_error(lambda: section(node, "ner", DatasetConfig, "conf"), Path("conf"), None, "sep")
 
 
-def test_span_f1_tasks_need_one_scheme(tmp_path: Path) -> None:
+def test_a_span_f1_task_may_mix_schemes_and_writes_in_the_test_scheme(tmp_path: Path) -> None:
     iob1 = column_file(tmp_path, TagScheme.IOB1, Separator.WHITESPACE)
-    iob2 = column_file(tmp_path, TagScheme.IOB2, Separator.WHITESPACE)
+    bioes = column_file(tmp_path, TagScheme.BIOES, Separator.WHITESPACE)
     sources = {
         "train": read_split(
             "a", DatasetConfig("columns", {"train": str(iob1)}, str(iob1.parent)), "train"
@@ -523,16 +522,13 @@ def test_span_f1_tasks_need_one_scheme(tmp_path: Path) -> None:
             "a", DatasetConfig("columns", {"train": str(iob1)}, str(iob1.parent)), "train"
         ),
         "test": read_split(
-            "b", DatasetConfig("columns", {"test": str(iob2)}, str(iob2.parent)), "test"
+            "b", DatasetConfig("columns", {"test": str(bioes)}, str(bioes.parent)), "test"
         ),
     }
-    problem = (
-        "task: span F1 scores train, dev and test in one tag scheme, but they differ"
-        " (train a IOB1, dev a IOB1, test b IOB2)"
-    )
-    expect_error(
-        lambda: task_labels(ner_task("a/train", "a/train", "b/test"), sources), None, None, problem
-    )
+    labels = task_labels(ner_task("a/train", "a/train", "b/test"), sources)
+    # both schemes read to the same IOB2 labels, so the same conlleval chunks
+    assert labels.labels["train"] == labels.labels["test"]
+    assert labels.vocabulary.scheme is TagScheme.BIOES
 
 
 def test_a_dataset_digest_follows_its_files_and_settings_and_its_root_holds_them(
