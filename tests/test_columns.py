@@ -1,9 +1,10 @@
 """The ``columns`` format: CoNLL-2003-style files in IO, IOB1, IOB2 and BIOES, read to the same
-IOB2 tags, their scheme detected, span F1 scored as seqeval scores the data's own scheme, and
-every malformed input reported with its file and line."""
+IOB2 tags, their scheme detected, span F1 counted as conlleval counts it, and every malformed
+input reported with its file and line."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 from conftest import expect_error
 from omegaconf import OmegaConf
 from seqeval.metrics import f1_score
+from seqeval.metrics.sequence_labeling import get_entities
 from seqeval.scheme import IOB1, IOB2, IOBES
 
 from elmolab.config import section
@@ -24,6 +26,7 @@ from elmolab.probing.tasks import (
     task_labels,
 )
 from elmolab.text.conll import (
+    LOOSE_BEGINS,
     Separator,
     TagScheme,
     column_scheme,
@@ -149,8 +152,13 @@ def test_iob1_without_adjacent_spans_is_io_and_reads_the_same(tmp_path: Path) ->
         ([["O", "B-PER", "I-PER"]], TagScheme.IOB2),
         ([["B-PER"]], TagScheme.IOB2),  # a B- that opens the sentence opens a span
         ([["I-LOC", "B-PER"]], TagScheme.IOB2),  # after another type: it opens a span
-        # mixed: a B- opens a span, so IOB2, whose check then rejects the I- after O
+        # as many spans opened by I- as by B-: IOB2, whose check then rejects the I- after O
         ([["O", "I-PER"], ["B-LOC"]], TagScheme.IOB2),
+        # most spans opened by I-: IOB1 (CoNLL-2003's B-MISC after O), however the B- is used
+        ([["O", "I-PER"], ["I-LOC", "O", "B-MISC"]], TagScheme.IOB1),
+        ([["I-ORG", "I-ORG", "B-PER"], ["I-LOC"]], TagScheme.IOB1),  # B- after another type
+        # most spans opened by B-: IOB2 with a stray I- (its check reports that line)
+        ([["B-PER", "O", "B-LOC"], ["O", "I-ORG"]], TagScheme.IOB2),
         ([["I-PER", "B-PER", "O"]], TagScheme.IOB1),  # B- only between two PER spans
         ([["O", "I-PER", "I-PER", "I-LOC"]], TagScheme.IO),
         ([["O", "O"]], TagScheme.IO),  # no spans at all
@@ -203,6 +211,8 @@ PREDICTIONS = {
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_span_f1_equals_seqeval_on_the_data_scheme(tmp_path: Path, scheme: TagScheme) -> None:
+    """On well-formed tags, conlleval's count (span_f1 of the IOB2 labels) and seqeval's strict
+    reading of the data's own scheme find the same chunks."""
     gold_text, predicted_text, expected = PREDICTIONS[scheme]
     gold, predicted = [s.split() for s in gold_text], [s.split() for s in predicted_text]
     # a file of "token gold predicted" lines, read once per label column: both sides in IOB2
@@ -215,30 +225,26 @@ def test_span_f1_equals_seqeval_on_the_data_scheme(tmp_path: Path, scheme: TagSc
     gold_iob2 = [s.tags for s in read_columns(path, scheme, label_column=1)]
     predicted_iob2 = [s.tags for s in read_columns(path, scheme, label_column=2)]
     seqeval = f1_score(gold, predicted, mode="strict", scheme=SEQEVAL[scheme])
-    assert span_f1(gold_iob2, predicted_iob2, scheme) == pytest.approx(seqeval)
+    assert span_f1(gold_iob2, predicted_iob2) == pytest.approx(seqeval)
     assert seqeval == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_an_inside_tag_that_continues_no_span_opens_none(scheme: TagScheme) -> None:
-    # A probe may predict I-PER after O: seqeval's strict IOB2 reading leaves it outside every
-    # span, in every scheme; conlleval's (no scheme, the existing datasets) opens a span there.
-    gold, predicted = (
-        [["O", "B-PER", "I-PER", "O", "B-LOC"]],
-        [["O", "I-PER", "I-PER", "O", "B-LOC"]],
-    )
-    strict = f1_score(gold, predicted, mode="strict", scheme=IOB2)
-    assert span_f1(gold, predicted, scheme) == pytest.approx(strict) == pytest.approx(2 / 3)
-    assert span_f1(gold, predicted) == f1_score(gold, predicted, zero_division=0) == 1.0
-
-
-def test_task_score_uses_the_vocabulary_scheme() -> None:
-    gold = torch.tensor([2, 0, 1, 2])  # O B-PER I-PER O
-    predicted = torch.tensor([2, 1, 1, 2])  # O I-PER I-PER O
-    default = LabelVocabulary(["B-PER", "I-PER", "O"])
-    assert task_score("span_f1", predicted, gold, [4], default) == 1.0
-    bioes = LabelVocabulary(["B-PER", "I-PER", "O"], scheme=TagScheme.BIOES)
-    assert task_score("span_f1", predicted, gold, [4], bioes) == 0.0
+def test_an_inside_tag_that_continues_no_span_opens_one_in_every_scheme(
+    scheme: TagScheme,
+) -> None:
+    # A probe may predict I-PER after O: conlleval opens a chunk there, whatever the data's
+    # scheme, and the predictions written in that scheme hold that chunk.
+    labels = ["B-LOC", "B-PER", "I-PER", "O"]  # ids 0, 1, 2, 3
+    gold = torch.tensor([3, 1, 2, 3, 0])  # O B-PER I-PER O B-LOC
+    predicted = torch.tensor([3, 2, 2, 3, 0])  # O I-PER I-PER O B-LOC
+    vocabulary = LabelVocabulary(labels, scheme=scheme)
+    assert task_score("span_f1", predicted, gold, [5], vocabulary) == 1.0
+    [written] = vocabulary.decode_in_data_scheme(predicted, [5])
+    if scheme is TagScheme.IOB2:  # IOB2 predictions are written as predicted: the same chunks
+        assert written == ["O", "I-PER", "I-PER", "O", "B-LOC"]
+    else:
+        assert written == spans_to_tags([(1, 3, "PER"), (4, 5, "LOC")], 5, scheme)
 
 
 def ner_task(train: str, dev: str, test: str) -> TaskConfig:
@@ -253,6 +259,7 @@ def ner_task(train: str, dev: str, test: str) -> TaskConfig:
         unseen="raise",
         control_seed=None,
         wordnet=None,
+        family="semantic",
     )
 
 
@@ -388,14 +395,6 @@ GOOD = "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\n"  # li
         ),
         pytest.param(
             GOOD,
-            {"scheme": TagScheme.IOB1},
-            3,
-            "tag 'B-ORG' follows 'O': IOB1 opens a span with I-ORG and uses B-ORG only right"
-            " after another ORG span",
-            id="IOB1-given-IOB2-data",
-        ),
-        pytest.param(
-            GOOD,
             {"scheme": TagScheme.IO},
             3,
             "tag 'B-ORG' is not IO (expected O or I-TYPE)",
@@ -418,6 +417,44 @@ def test_bad_input(tmp_path: Path, text: str, options: dict, line: int, problem:
     path = write(tmp_path, "train.txt", text)
     options = {"scheme": TagScheme.IOB2, **options}
     expect_error(lambda: read_columns(path, **options), path, line, problem)
+
+
+# IOB1 as conlleval reads it: each of these B- tags opens a span where I- would have; the
+# sentences hold the spans conlleval counts, and read_columns counts the B- tags.
+LOOSE_IOB1 = """-DOCSTART- -X- -X- O
+
+the DT I-NP O
+Atlanta NNP I-NP B-MISC
+Games NNPS I-NP I-MISC
+and CC O O
+
+Bill NNP I-NP B-PER
+Smith NNP I-NP I-PER
+of IN I-PP I-ORG
+Reuters NNP I-NP B-LOC
+Mary NNP I-NP B-LOC
+"""
+
+
+def test_iob1_b_after_o_or_another_type_opens_a_span_and_is_counted(tmp_path: Path) -> None:
+    path = write(tmp_path, "train.txt", LOOSE_IOB1)
+    counts: Counter[str] = Counter()
+    read = read_columns(path, TagScheme.IOB1, counts=counts)
+    assert [s.tags for s in read] == [
+        ("O", "B-MISC", "I-MISC", "O"),
+        # B-PER first in its sentence, B-LOC after ORG: loose; B-LOC after LOC separates two spans
+        ("B-PER", "I-PER", "B-ORG", "B-LOC", "B-LOC"),
+    ]
+    assert counts == {LOOSE_BEGINS: 3}
+    # conlleval's spans (seqeval's default mode reads IOB1 B-/I- tags the same way)
+    assert [get_entities(list(s.tags)) for s in read] == [
+        get_entities(tags)
+        for tags in (["O", "B-MISC", "I-MISC", "O"], ["B-PER", "I-PER", "I-ORG", "B-LOC", "B-LOC"])
+    ]
+    # the other schemes count nothing
+    iob2 = Counter[str]()
+    read_columns(write(tmp_path, "iob2.txt", GOOD), TagScheme.IOB2, counts=iob2)
+    assert iob2 == {}
 
 
 def test_a_file_of_docstart_lines_has_no_sentences(tmp_path: Path) -> None:
@@ -474,9 +511,9 @@ def test_unknown_column_option_is_rejected() -> None:
     expect_error(lambda: section(node, "ner", DatasetConfig, "conf"), Path("conf"), None, "sep")
 
 
-def test_span_f1_tasks_need_one_scheme(tmp_path: Path) -> None:
+def test_a_span_f1_task_may_mix_schemes_and_writes_in_the_test_scheme(tmp_path: Path) -> None:
     iob1 = column_file(tmp_path, TagScheme.IOB1, Separator.WHITESPACE)
-    iob2 = column_file(tmp_path, TagScheme.IOB2, Separator.WHITESPACE)
+    bioes = column_file(tmp_path, TagScheme.BIOES, Separator.WHITESPACE)
     sources = {
         "train": read_split(
             "a", DatasetConfig("columns", {"train": str(iob1)}, str(iob1.parent)), "train"
@@ -485,16 +522,13 @@ def test_span_f1_tasks_need_one_scheme(tmp_path: Path) -> None:
             "a", DatasetConfig("columns", {"train": str(iob1)}, str(iob1.parent)), "train"
         ),
         "test": read_split(
-            "b", DatasetConfig("columns", {"test": str(iob2)}, str(iob2.parent)), "test"
+            "b", DatasetConfig("columns", {"test": str(bioes)}, str(bioes.parent)), "test"
         ),
     }
-    problem = (
-        "task: span F1 scores train, dev and test in one tag scheme, but they differ"
-        " (train a IOB1, dev a IOB1, test b IOB2)"
-    )
-    expect_error(
-        lambda: task_labels(ner_task("a/train", "a/train", "b/test"), sources), None, None, problem
-    )
+    labels = task_labels(ner_task("a/train", "a/train", "b/test"), sources)
+    # both schemes read to the same IOB2 labels, so the same conlleval chunks
+    assert labels.labels["train"] == labels.labels["test"]
+    assert labels.vocabulary.scheme is TagScheme.BIOES
 
 
 def test_a_dataset_digest_follows_its_files_and_settings_and_its_root_holds_them(

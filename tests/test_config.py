@@ -1,5 +1,6 @@
 """conf/ is the single source of truth: params.yaml is its composition; bad keys fail clearly."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from elmolab.config import load_params, section
 from elmolab.errors import ElmolabError
 from elmolab.params import compose_params
 from elmolab.prepare import CorpusConfig
+from elmolab.probing.tasks import TaskConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -80,3 +82,44 @@ def test_information_presets_set_both_measures_on_every_token_task(preset, on):
         assert {k: v for k, v in task.items() if k not in ("mdl", "conditional")} == {
             k: v for k, v in default[name].items() if k not in ("mdl", "conditional")
         }
+
+
+# The family of every task file: the report groups the layer claim by it.
+FAMILIES = {
+    "upos": "syntactic",
+    "xpos": "syntactic",
+    "chunk": "syntactic",
+    "deplabel": "syntactic",
+    "deparc": "syntactic",
+    "structural": "syntactic",
+    "upos_control": "control",
+    "wsd": "semantic",
+    "supersense": "semantic",
+    "ner": "semantic",
+    "ner_wnut17": "semantic",
+}
+
+
+@pytest.mark.parametrize("task", sorted(FAMILIES))
+def test_every_task_file_names_its_family(task: str) -> None:
+    path = CONF / "task" / f"{task}.yaml"
+    node = OmegaConf.create({"paths": {"data": "data"}, "task": OmegaConf.load(path)})
+    config = section(node, "task", TaskConfig)
+    config.check()
+    assert config.family == FAMILIES[task]
+
+
+def test_an_unknown_family_names_the_task_file_and_the_allowed_values() -> None:
+    path = CONF / "task" / "upos.yaml"
+    node = OmegaConf.load(path)
+    node.family = "lexical"
+    config = section(OmegaConf.create({"task": node}), "task", TaskConfig)
+    problem = (
+        "task.family (conf/task/upos.yaml): 'lexical' is not one of syntactic, semantic, control"
+    )
+    with pytest.raises(ElmolabError, match=re.escape(problem)):
+        config.check()
+    missing = OmegaConf.load(path)
+    del missing["family"]
+    with pytest.raises(ElmolabError, match="family"):
+        section(OmegaConf.create({"task": missing}), "task", TaskConfig)

@@ -20,6 +20,7 @@ from elmolab.errors import ElmolabError
 from elmolab.extract import ExtractConfig, extract, extract_split, load_encoder
 from elmolab.io.features import DATASET_DIGEST, feature_path, read_features, units_path
 from elmolab.probing.tasks import dataset_digest, multiword_parts, read_split_features
+from elmolab.text.conll import LOOSE_BEGINS
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +60,12 @@ def test_every_split_of_every_encoder_is_written_in_the_elmo_format(workspace: D
             for split in summary["splits"]:
                 with h5py.File(feature_path(features / encoder, dataset, split)) as f:
                     assert f.attrs[DATASET_DIGEST] == summary["dataset_sha256"]
+    # the columns reader's counts: CoNLL-2003 (IOB1) records its B- tags after O, none in the
+    # first sentences; the other formats record nothing
+    conll2003 = json.loads((features / "trained" / "conll2003" / "extract.json").read_text())
+    assert conll2003["splits"]["train"]["reader"] == {LOOSE_BEGINS: 0}
+    conll2000 = json.loads((features / "trained" / "conll2000" / "extract.json").read_text())
+    assert "reader" not in conll2000["splits"]["train"]
     conll_dev = features / "trained" / "conll2000" / "dev.tokens.txt"
     assert 0 < len(conll_dev.read_text().splitlines()) < SENTENCES  # carved from train
 

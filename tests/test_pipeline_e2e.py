@@ -151,6 +151,7 @@ metric: span_f1
 unseen: keep
 control_seed: null
 wordnet: null
+family: syntactic
 """
 
 

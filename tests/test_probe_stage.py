@@ -30,6 +30,7 @@ from elmolab.probing.runner import (
 )
 from elmolab.probing.tasks import TaskConfig, TaskKind
 from elmolab.report.collect import read_probe_runs
+from elmolab.text.wsd import LEXICOGRAPHER_FILES
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -199,6 +200,26 @@ def test_each_kind_of_task_writes_the_runs_the_report_reads(params: Path) -> Non
     )
     not_applicable = json.loads((probes / "wsd/scalar_mix/random/metrics.json").read_text())
     assert not_applicable["applicable"] is False and not_applicable["seed"] is None
+
+
+def test_supersense_probes_the_wsd_features_of_the_tagged_words(params: Path) -> None:
+    """The supersense cell reads the features the WSD datasets' extraction wrote (one vector per
+    sense-tagged word), scores accuracy over those words, and records the words whose gold keys
+    lie in several lexicographer files."""
+    _, arguments = _cell(params, "supersense", ["layer1"])
+    run_cell(**arguments)
+    record = json.loads(
+        (arguments["cell_dir"] / "layer1" / "trained" / "seed1" / "metrics.json").read_text()
+    )
+    assert record["metric"] == "accuracy" and 0 <= record["test"] <= 1
+    source = arguments["data"].read("raganato_eval", "ALL")
+    assert record["n_test_tokens"] == sum(len(s.instances) for s in source.wsd_sentences())
+    several = [f"n_{role}_instances_in_several_supersenses" for role in ("train", "dev", "test")]
+    assert all(record[key] >= 0 for key in several)
+    predictions = arguments["cell_dir"] / "layer1" / "trained" / "seed1" / "test_predictions.txt"
+    lines = predictions.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(source.sentences)
+    assert {tag for line in lines for tag in line.split()} <= set(LEXICOGRAPHER_FILES)
 
 
 def test_the_dvc_cell_command_runs_every_mode_and_seed_of_the_grid(params: Path) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import default_probe_settings
+from seqeval.metrics.sequence_labeling import get_entities
 from torch.nn import functional as F
 
 from elmolab.errors import ElmolabError
@@ -22,6 +23,8 @@ from elmolab.probing import (
 )
 from elmolab.probing.datasets import standardize_layers
 from elmolab.probing.engine import Schedule, TokenProbes, made_progress
+from elmolab.probing.metrics import span_f1
+from elmolab.text.conll import TagScheme, spans_to_tags
 
 LABELS = ["ADJ", "NOUN", "VERB"]
 FAST = dataclasses.replace(
@@ -491,6 +494,42 @@ def test_span_metric_selects_on_span_f1_and_reports_untyped_f1(
     assert result.test_predictions[0][0].startswith("B-")
     # Every token is a one-token chunk: untyped, every chunk's boundaries are right.
     assert result.extra["test_untyped_f1"] == 1.0 and result.extra["dev_untyped_f1"] == 1.0
+
+
+def test_span_f1_of_iob1_data_is_conlleval_on_the_written_predictions_whatever_the_scheme(
+    splits: tuple[FeatureDataset, ...],
+) -> None:
+    """The engine scores span F1 on label ids for data read in a tag scheme too (CoNLL-2003's
+    IOB1; it used to score decoded strings, seconds per head and epoch): every head's test score
+    is conlleval's count (seqeval's default mode) on the predictions it writes in the data's
+    scheme, and the scheme changes no score, epoch or prediction's chunks."""
+    labels = ["B-MISC", "I-MISC", "O"]  # the ids of LABELS, as IOB2 tags (stray I- included)
+    gold = [LabelVocabulary(labels).decode(s.tolist()) for s in _sentence_labels(splits[2])]
+    modes = ["layer0", "layer1", "mean"]  # layer 0 is noise: imperfect predictions
+    by_scheme = {
+        scheme: _train(
+            splits, modes, vocabulary=LabelVocabulary(labels, scheme=scheme), metric="span_f1"
+        )
+        for scheme in (TagScheme.IOB1, None)
+    }
+    for iob1, plain in zip(by_scheme[TagScheme.IOB1], by_scheme[None], strict=True):
+        written_gold = [spans_to_tags(_spans(s), len(s), TagScheme.IOB1) for s in gold]
+        assert iob1.test == pytest.approx(span_f1(written_gold, iob1.test_predictions), abs=1e-12)
+        assert (iob1.dev, iob1.test, iob1.best_epoch) == (plain.dev, plain.test, plain.best_epoch)
+        assert iob1.extra == plain.extra
+        assert [_spans(s) for s in iob1.test_predictions] == [
+            _spans(s) for s in plain.test_predictions
+        ]
+    assert min(r.test for r in by_scheme[None]) < 0.9  # the noise layer's chunks are not all right
+
+
+def _sentence_labels(split: FeatureDataset) -> list[torch.Tensor]:
+    return list(split.labels.split(split.sentence_lengths))
+
+
+def _spans(tags: list[str]) -> list[tuple[int, int, str]]:
+    """conlleval's chunks of one sentence's tags, [start, end) and type."""
+    return [(start, end + 1, kind) for kind, start, end in get_entities(list(tags))]
 
 
 def test_a_tied_dev_score_selects_on_the_dev_loss() -> None:

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from elmolab.probing.tasks import DatasetConfig, read_split
 from elmolab.text.conll import (
     CONLL2000_CHUNK_TYPES,
+    LOOSE_BEGINS,
     WNUT17_ENTITY_TYPES,
     ChunkSentence,
     TaggedSentence,
+    TagScheme,
     UDSentence,
     carve_dev,
     read_conll2000,
@@ -201,6 +204,44 @@ def test_wnut17_counts_and_entity_types(name: str, n_sentences: int, n_tokens: i
     assert counts(sentences) == (n_sentences, n_tokens)
     types = {tag[2:] for sentence in sentences for tag in sentence.tags if tag != "O"}
     assert types == WNUT17_ENTITY_TYPES
+
+
+# CoNLL-2003 English NER, as distributed (IOB1, -DOCSTART- lines), through the columns format
+
+
+@pytest.mark.parametrize(
+    ("split", "n_sentences", "n_tokens", "n_entities", "loose_begins"),
+    [
+        ("train", 14_041, 203_621, 23_499, 2),
+        ("dev", 3_250, 51_362, 5_942, 0),
+        ("test", 3_453, 46_435, 5_648, 0),
+    ],
+)
+def test_conll2003_reads_as_distributed(
+    split: str, n_sentences: int, n_tokens: int, n_entities: int, loose_begins: int
+) -> None:
+    files = {"train": "eng.train", "dev": "eng.testa", "test": "eng.testb"}
+    root = data_file("conll2003")
+    config = DatasetConfig(
+        "columns", {name: str(root / file) for name, file in files.items()}, str(root)
+    )
+    source = read_split("conll2003", config, split)
+    assert source.scheme is TagScheme.IOB1  # auto, from train
+    assert counts(source.sentences) == (n_sentences, n_tokens)
+    # IOB2 opens every entity with B-: one B- tag per entity
+    tags = [tag for sentence in source.sentences for tag in sentence.tags]
+    assert sum(tag.startswith("B-") for tag in tags) == n_entities
+    assert {tag[2:] for tag in tags if tag != "O"} == {"PER", "LOC", "ORG", "MISC"}
+    assert source.counts == {LOOSE_BEGINS: loose_begins}  # recorded by the extract stage
+    if split == "train":
+        # line 152428: "Atlanta NNP I-NP B-MISC" after "the DT I-NP O" opens the MISC span
+        i, j = next(
+            (i, lines.index(152428))
+            for i, lines in enumerate(source.token_lines or [])
+            if 152428 in lines
+        )
+        assert source.sentences[i].tokens[j - 1 : j + 2] == ("the", "Atlanta", "Games")
+        assert source.sentences[i].tags[j - 1 : j + 2] == ("O", "B-MISC", "I-MISC")
 
 
 def test_wnut17_first_sentences() -> None:

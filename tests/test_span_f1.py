@@ -13,7 +13,7 @@ from elmolab.probing.metrics import (
     task_score,
     untyped_span_f1,
 )
-from elmolab.text.conll import TagScheme, read_conll2000, read_wnut17
+from elmolab.text.conll import TagScheme, read_columns, read_conll2000, read_wnut17
 
 
 def _f1(precision: float, recall: float) -> float:
@@ -88,8 +88,9 @@ def test_task_score_decodes_sentences_for_span_f1() -> None:
 
 
 def test_predictions_are_written_in_the_data_scheme() -> None:
-    """Test predictions of a BIOES dataset come out in BIOES (the chunks the scorer reads); IOB2
-    data, and labels read without a scheme, come out as predicted."""
+    """Test predictions of a BIOES dataset come out in BIOES (the chunks the scorer reads, a
+    stray I- opening one as in conlleval); IOB2 data, and labels read without a scheme, come
+    out as predicted."""
     labels = ["B-PER", "I-PER", "O"]  # ids 0, 1, 2: the IOB2 tags the data was converted to
     # [B-PER I-PER O B-PER] [I-PER O]: a two-token span, a one-token span; a stray I-PER
     predicted = torch.tensor([0, 1, 2, 0, 1, 2])
@@ -97,16 +98,60 @@ def test_predictions_are_written_in_the_data_scheme() -> None:
     bioes = LabelVocabulary(labels, scheme=TagScheme.BIOES)
     assert bioes.decode_in_data_scheme(predicted, lengths) == [
         ["B-PER", "E-PER", "O", "S-PER"],
-        ["O", "O"],
+        ["S-PER", "O"],
     ]
     iob1 = LabelVocabulary(labels, scheme=TagScheme.IOB1)
     assert iob1.decode_in_data_scheme(predicted, lengths) == [
         ["I-PER", "I-PER", "O", "I-PER"],
-        ["O", "O"],
+        ["I-PER", "O"],
     ]
     as_predicted = [["B-PER", "I-PER", "O", "B-PER"], ["I-PER", "O"]]
     for vocabulary in (LabelVocabulary(labels, scheme=TagScheme.IOB2), LabelVocabulary(labels)):
         assert vocabulary.decode_in_data_scheme(predicted, lengths) == as_predicted
+
+
+# conlleval's count on IOB1 data as distributed (CoNLL-2003), worked by hand. Gold chunks:
+#   s1 "the Atlanta Games": B-MISC after O opens MISC(1-2)             -> MISC[1,3)
+#   s2 "Peter Blackburn of Reuters John": PER[0,2), ORG[3,4); B-PER after I-ORG opens PER[4,5)
+# Predicted:
+#   s1 I-MISC I-MISC after O: MISC[1,3), right
+#   s2 I-PER I-PER O I-ORG I-PER: PER[0,2) right, ORG[3,4) right, and I-PER after I-ORG (another
+#      type) opens PER[4,5), right; then I-LOC after I-PER in s3 opens LOC[0,1), spurious
+#   s3 gold "in" O; predicted I-LOC: spurious
+# 4 gold, 5 predicted, 4 correct: P 4/5, R 1, F1 8/9. Untyped: the same boundaries, 8/9.
+CONLL2003_GOLD = ["O B-MISC I-MISC", "I-PER I-PER O I-ORG B-PER", "O"]
+CONLL2003_PREDICTED = ["O I-MISC I-MISC", "I-PER I-PER O I-ORG I-PER", "I-LOC"]
+
+
+def test_conlleval_count_on_iob1_data_hand_computed(tmp_path: Path) -> None:
+    rows = []
+    for gold, predicted in zip(CONLL2003_GOLD, CONLL2003_PREDICTED, strict=True):
+        pairs = zip(gold.split(), predicted.split(), strict=True)
+        rows += [f"w{i} NNP I-NP {g} {p}" for i, (g, p) in enumerate(pairs)] + [""]
+    path = tmp_path / "eng.train"
+    path.write_text("-DOCSTART- -X- -X- O O\n\n" + "\n".join(rows), encoding="utf-8")
+    gold = [list(s.tags) for s in read_columns(path, TagScheme.IOB1, label_column=3)]
+    predicted = [list(s.tags) for s in read_columns(path, TagScheme.IOB1, label_column=4)]
+    assert gold == [["O", "B-MISC", "I-MISC"], ["B-PER", "I-PER", "O", "B-ORG", "B-PER"], ["O"]]
+    vocabulary = LabelVocabulary.from_sentences(gold + predicted, scheme=TagScheme.IOB1)
+    lengths = [len(s) for s in gold]
+    gold_ids, predicted_ids = (
+        torch.tensor([i for s in vocabulary.encode(side) for i in s]) for side in (gold, predicted)
+    )
+    for untyped in (False, True):
+        score = task_score("span_f1", predicted_ids, gold_ids, lengths, vocabulary, untyped=untyped)
+        assert score == pytest.approx(8 / 9)
+    # seqeval's default mode, on the IOB1 tags as written, counts the same chunks
+    written = [s.split() for s in CONLL2003_GOLD], [s.split() for s in CONLL2003_PREDICTED]
+    assert span_f1(*written) == pytest.approx(8 / 9)
+    # a wrong type on PER[4,5) costs the typed score only: P 3/5, R 3/4
+    predicted[1][4] = "B-LOC"
+    wrong_type = torch.tensor([i for s in vocabulary.encode(predicted) for i in s])
+    assert task_score("span_f1", wrong_type, gold_ids, lengths, vocabulary) == pytest.approx(
+        _f1(3 / 5, 3 / 4)
+    )
+    untyped_score = task_score("span_f1", wrong_type, gold_ids, lengths, vocabulary, untyped=True)
+    assert untyped_score == pytest.approx(8 / 9)
 
 
 # Span F1 on label ids (what the probe engine scores with) against seqeval on the decoded tags:

@@ -338,7 +338,7 @@ def extract_split(
     stateful: bool = False,
     dtype: str = "float16",
     attributes: dict[str, str] | None = None,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Write one split's feature file ``path`` (with ``attributes``) and its sidecar (see the
     module docstring)."""
     started = time.perf_counter()
@@ -364,6 +364,9 @@ def extract_split(
         "seconds": round(seconds, 2),
         "words_per_second": round(n_words / max(seconds, 1e-9)),
     }
+    if source.counts:
+        # what the reader read leniently, e.g. CoNLL-2003's two IOB1 B- tags after O
+        stats["reader"] = dict(source.counts)
     return stats
 
 

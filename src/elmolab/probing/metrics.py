@@ -3,10 +3,11 @@
 - :class:`LabelVocabulary` fixes the label ids from the training split and checks that dev and test
   use no label the probe cannot have learned (``unseen="raise"``, the default: an ElmolabError
   names the file and line) or keeps such labels as evaluation-only ids (``unseen="keep"``).
-- ``accuracy`` is torchmetrics' micro ``MulticlassAccuracy``; ``span_f1`` is seqeval's default
-  mode, which counts chunks as conlleval does (IOB2 input; an ``I-X`` that does not continue an
-  ``X`` chunk starts one), or, for data read in a tag scheme (``columns`` datasets), seqeval's
-  strict mode in that scheme.
+- ``accuracy`` is torchmetrics' micro ``MulticlassAccuracy``; ``span_f1`` counts chunks as
+  conlleval does (seqeval's default mode on IOB2 labels: ``B-X`` opens a chunk, and so does an
+  ``I-X`` that does not continue an ``X`` chunk), the count the published CoNLL-2000 and
+  CoNLL-2003 scores come from, for every dataset: a ``columns`` dataset's tags were converted to
+  IOB2 keeping the chunks conlleval reads in the data's own scheme.
 - :class:`ControlTask` is Hewitt and Liang's (2019) control task; ``selectivity`` compares to it.
 """
 
@@ -26,15 +27,6 @@ import torch
 from elmolab.errors import ElmolabError
 from elmolab.text.conll import TagScheme, spans_to_tags
 
-# The seqeval scheme (``seqeval.scheme``) that reads each TagScheme. seqeval has no IO: IO tags are
-# IOB1 tags that never use B-, and IOB1 reads the same spans from them.
-SEQEVAL_SCHEMES = {
-    TagScheme.IO: "IOB1",
-    TagScheme.IOB1: "IOB1",
-    TagScheme.IOB2: "IOB2",
-    TagScheme.BIOES: "IOBES",
-}
-
 
 class LabelVocabulary:
     """Label strings <-> ids; ids ``0 .. num_train_labels - 1`` are the train labels, sorted.
@@ -53,8 +45,9 @@ class LabelVocabulary:
     unseen : ``"raise"`` or ``"keep"``, optional (default = ``"raise"``)
         What ``encode`` does with a label outside ``train_labels``.
     scheme : ``TagScheme``, optional (default = ``None``)
-        The labels are IOB2 span tags converted from data in this scheme, and span F1 scores in it
-        (see :func:`span_f1`); None: scored as conlleval does.
+        The labels are IOB2 span tags converted from data in this scheme, in which predictions
+        are written back (:meth:`decode_in_data_scheme`); span F1 counts conlleval's chunks
+        whatever the scheme.
     """
 
     def __init__(
@@ -121,8 +114,9 @@ class LabelVocabulary:
         self, ids: torch.Tensor, sentence_lengths: Sequence[int]
     ) -> list[list[str]]:
         """:meth:`decode_sentences`, written back in the tag scheme the data uses (``scheme``,
-        other than IOB2): the chunks the span F1 reads, tagged as the data tags them (what a test
-        predictions file should hold). Labels not read from a tag scheme come out as they are."""
+        other than IOB2): the chunks the span F1 reads (conlleval's), tagged as the data tags
+        them (what a test predictions file should hold, so that conlleval run on it counts the
+        same chunks). Labels not read from a tag scheme come out as they are."""
         sentences = self.decode_sentences(ids, sentence_lengths)
         if self.scheme is None or self.scheme is TagScheme.IOB2:
             return sentences
@@ -169,19 +163,14 @@ def accuracy(predicted: torch.Tensor, gold: torch.Tensor, num_classes: int) -> f
     )
 
 
-def span_f1(
-    gold: Sequence[Sequence[str]],
-    predicted: Sequence[Sequence[str]],
-    scheme: TagScheme | None = None,
-) -> float:
-    """Micro F1 over exactly matching chunks (type and boundaries) of IOB2 tags.
+def span_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> float:
+    """Micro F1 over exactly matching chunks (type and boundaries) of IOB2 tags, counted as
+    conlleval counts them (seqeval's default mode).
 
     ``2 P R / (P + R)`` with ``P = correct / predicted chunks`` and ``R = correct / gold chunks``;
-    0 when there is no chunk on either side. Chunks never cross sentence boundaries.
-
-    Without ``scheme``, chunks are counted as conlleval does (seqeval's default mode). With it, the
-    tags came from data in ``scheme``: both sides are written back in it (:func:`_in_scheme`) and
-    seqeval's strict mode scores them in it, so the score is seqeval's on the data as written.
+    0 when there is no chunk on either side. Chunks never cross sentence boundaries. A chunk
+    starts at ``B-X``, and at an ``I-X`` first in its sentence or after ``O`` or another type;
+    it ends before the next start or ``O``.
     """
     if len(gold) != len(predicted):
         raise ValueError(f"{len(gold)} gold sentences but {len(predicted)} predicted")
@@ -190,42 +179,33 @@ def span_f1(
             raise ValueError(
                 f"sentence {i}: {len(gold_tags)} gold tags but {len(predicted_tags)} predicted"
             )
-    as_lists = [list(tags) for tags in gold], [list(tags) for tags in predicted]
     from seqeval.metrics import f1_score
 
-    if scheme is None:
-        return float(f1_score(*as_lists, zero_division=0))
-    import seqeval.scheme
-
-    written = [_in_scheme(tags, scheme) for tags in as_lists]
-    reader = getattr(seqeval.scheme, SEQEVAL_SCHEMES[scheme])
-    return float(f1_score(*written, mode="strict", scheme=reader, zero_division=0))
+    return float(
+        f1_score([list(tags) for tags in gold], [list(tags) for tags in predicted], zero_division=0)
+    )
 
 
-def untyped_span_f1(
-    gold: Sequence[Sequence[str]],
-    predicted: Sequence[Sequence[str]],
-    scheme: TagScheme | None = None,
-) -> float:
+def untyped_span_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> float:
     """:func:`span_f1` with every chunk type made one: the boundaries alone must match."""
 
     def untyped(sentences: Sequence[Sequence[str]]) -> list[list[str]]:
         return [[tag if tag == "O" else f"{tag[:2]}SPAN" for tag in tags] for tags in sentences]
 
-    return span_f1(untyped(gold), untyped(predicted), scheme)
+    return span_f1(untyped(gold), untyped(predicted))
 
 
 def _in_scheme(sentences: list[list[str]], scheme: TagScheme) -> list[list[str]]:
-    """IOB2 tags written in ``scheme``: the chunks seqeval's strict IOB2 mode reads from them.
-
-    That reading opens a chunk only at ``B-X``: an ``I-X`` that continues no X chunk (which a
-    probe may predict) is outside every chunk, whatever ``scheme`` the data uses.
-    """
-    from seqeval.scheme import IOB2, Entities
+    """IOB2 tags written in ``scheme``: the chunks conlleval reads from them (seqeval's
+    ``get_entities``, sentence by sentence), so a stray ``I-X`` a probe predicts after ``O``
+    comes out as the chunk it opens."""
+    from seqeval.metrics.sequence_labeling import get_entities
 
     return [
-        spans_to_tags([(e.start, e.end, e.tag) for e in entities], len(tags), scheme)
-        for entities, tags in zip(Entities(sentences, IOB2).entities, sentences, strict=True)
+        spans_to_tags(
+            [(start, end + 1, kind) for kind, start, end in get_entities(tags)], len(tags), scheme
+        )
+        for tags in sentences
     ]
 
 
@@ -240,20 +220,21 @@ def task_score(
 ) -> float:
     """``metric`` of label ids ``predicted`` ``(tokens,)`` against ``gold`` ``(tokens,)``.
 
-    The tokens are the sentences of ``sentence_lengths`` one after the other (span F1 needs them,
-    and scores in ``vocabulary.scheme``); ``untyped``: span F1 of the boundaries alone
-    (:func:`untyped_span_f1`).
+    The tokens are the sentences of ``sentence_lengths`` one after the other (span F1 needs them);
+    ``untyped``: span F1 of the boundaries alone (:func:`untyped_span_f1`). Span F1 is counted on
+    the ids (:func:`span_f1_of_ids`) wherever the labels are ``O``, ``B-X`` and ``I-X``, as every
+    reader's are: scoring the strings instead takes seconds per call on CoNLL-2003 dev, which the
+    engine scores for every head every epoch.
     """
     if TaskMetric(metric) is TaskMetric.ACCURACY:
         return accuracy(predicted, gold, len(vocabulary))
-    if vocabulary.scheme is None:
-        codes = conlleval_codes(vocabulary.labels, untyped=untyped)
-        if codes is not None:
-            return span_f1_of_ids(gold, predicted, sentence_lengths, codes)
+    codes = conlleval_codes(vocabulary.labels, untyped=untyped)
+    if codes is not None:
+        return span_f1_of_ids(gold, predicted, sentence_lengths, codes)
     gold_tags = vocabulary.decode_sentences(gold, sentence_lengths)
     predicted_tags = vocabulary.decode_sentences(predicted, sentence_lengths)
     score = untyped_span_f1 if untyped else span_f1
-    return score(gold_tags, predicted_tags, vocabulary.scheme)
+    return score(gold_tags, predicted_tags)
 
 
 # Span F1 on label ids, without strings: what the probe engine scores every epoch and every head

@@ -443,6 +443,8 @@ def _fit(
     )
     counts = {f"n_{role}_tokens": int(fit_splits[role].features.shape[1]) for role in ROLES}
     counts["n_train_sentences"] = len(train.sentence_lengths)
+    if labels is not None:
+        counts.update(labels.counts)
     for result in results:
         log.info(
             "%s/%s/%s/seed%d%s: dev %.4f, test %.4f (%s, best epoch %d of %d%s)",

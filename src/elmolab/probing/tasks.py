@@ -4,7 +4,8 @@ A **dataset** (config ``extract.datasets.<name>``, :class:`DatasetConfig`) is a 
 one source file per split; ``carve_dev`` carves a dev split from train, deterministically, where the
 dataset has none (CoNLL-2000). The ``columns`` format reads any file of tokens and span tags in
 columns (CoNLL-2003 NER) as its ``columns`` options (:class:`ColumnsConfig`) say, converting the
-tags from the data's scheme to IOB2; span F1 then scores in the data's scheme. The extract stage
+tags from the data's scheme to IOB2 (keeping the chunks conlleval reads); span F1 counts them as
+conlleval does, and test predictions are written back in the data's scheme. The extract stage
 and the probe stage read splits through one :class:`DataCatalog` (the datasets and
 ``extract.max_sentences``), so both see the same sentences in the same order.
 
@@ -35,6 +36,7 @@ import dataclasses
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -59,11 +61,18 @@ from elmolab.text.conll import (
     read_lines,
     read_wnut17,
 )
-from elmolab.text.wsd import WordNetSenseIndex, WsdSentence, read_raganato, read_semcor
+from elmolab.text.wsd import (
+    WordNetSenseIndex,
+    WsdSentence,
+    instance_supersense,
+    read_raganato,
+    read_semcor,
+)
 
 RAGANATO_DATA_SUFFIX = ".data.xml"
 RAGANATO_GOLD_SUFFIX = ".gold.key.txt"
 MULTIWORD_SEPARATOR = re.compile(r"[ _]+")
+SUPERSENSE_FIELD = "supersense"  # the label field of token tasks on WSD datasets
 AUTO_SCHEME = "auto"  # columns.scheme: the scheme detect_scheme finds in the train split
 E = TypeVar("E", bound=StrEnum)
 
@@ -94,6 +103,15 @@ class TaskKind(StrEnum):
     def is_tree(self) -> bool:
         """Read whole dependency trees (heads and punctuation), not labels."""
         return self in (TaskKind.ARC, TaskKind.STRUCTURAL)
+
+
+class TaskFamily(StrEnum):
+    """What a task probes, the report's grouping of the layer claim (ELMo: layer 1 syntax, layer 2
+    semantics)."""
+
+    SYNTACTIC = "syntactic"  # word classes, chunks, dependencies
+    SEMANTIC = "semantic"  # word senses, supersenses, named entities, sentiment
+    CONTROL = "control"  # a control task (random labels per word type): neither family
 
 
 # The metric of each tree task (``elmolab.probing.trees``).
@@ -145,6 +163,7 @@ class TaskConfig:
     unseen: str  # a dev/test label absent from train: "raise" or "keep" (never right)
     control_seed: int | None  # set: the control task of this task, mapping fixed by the seed
     wordnet: str | None  # wsd: WordNet's index.sense (candidate senses, first sense)
+    family: str  # a TaskFamily: syntactic, semantic or control (the report groups tasks by it)
     # Token tasks: the online code length of the labels (MDL, Voita and Titov 2020) per feature
     # mode, encoder and seed (probe.online_code_fractions).
     mdl: bool = False
@@ -155,6 +174,7 @@ class TaskConfig:
     def check(self) -> None:
         """Reject inconsistent settings, naming the key."""
         kind = _parse(TaskKind, self.kind, "task.kind")
+        _parse(TaskFamily, self.family, f"task.family (conf/task/{self.name}.yaml)")
         for key in ("mdl", "conditional"):
             if getattr(self, key) and kind is not TaskKind.TOKEN:
                 raise ElmolabError(f"task.{key}: measured for token tasks, not {kind.value}")
@@ -216,7 +236,9 @@ class SplitSource:
     ``token_lines[i][j]`` is the 1-based line of token ``j`` of sentence ``i`` in ``path`` (token
     datasets; None for WSD, whose readers name lines themselves). WSD splits keep only the
     sentences with at least one sense-tagged instance. ``scheme`` is the tag scheme of a
-    ``columns`` dataset's files, whose tags the sentences hold converted to IOB2.
+    ``columns`` dataset's files, whose tags the sentences hold converted to IOB2; ``counts``, what
+    the reader read leniently in the whole file (``read_columns``' IOB1 ``B-`` tags after ``O``),
+    which the extract stage records.
     """
 
     dataset: str
@@ -226,6 +248,7 @@ class SplitSource:
     sentences: list[TaggedSentence]
     token_lines: list[list[int]] | None
     scheme: TagScheme | None = None
+    counts: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def units(self) -> list[list[str]]:
         """What each feature vector stands for, per sentence: tokens, or WSD instance ids."""
@@ -322,22 +345,24 @@ def read_split(
     if fmt.is_wsd:
         sentences: list[TaggedSentence] = [s for s in _read_wsd(fmt, path, wordnet) if s.instances]
         return SplitSource(name, split, fmt, path, sentences, None)
-    sentences, scheme = _read_tagged(name, config, fmt, path)
+    counts: Counter[str] = Counter()
+    sentences, scheme = _read_tagged(name, config, fmt, path, counts)
     lines = _token_lines(fmt, path, sentences)
     if carve is not None:
         train, dev = carve_dev(sentences, carve.fraction, carve.seed)
         line_of = {id(s): s_lines for s, s_lines in zip(sentences, lines, strict=True)}
         sentences = train if split == "train" else dev
         lines = [line_of[id(s)] for s in sentences]
-    return SplitSource(name, split, fmt, path, sentences, lines, scheme)
+    return SplitSource(name, split, fmt, path, sentences, lines, scheme, dict(counts))
 
 
 def _read_tagged(
-    name: str, config: DatasetConfig, fmt: DatasetFormat, path: Path
+    name: str, config: DatasetConfig, fmt: DatasetFormat, path: Path, counts: Counter[str]
 ) -> tuple[list[TaggedSentence], TagScheme | None]:
-    """The sentences of a token dataset's file, and the tag scheme of a columns dataset's files."""
+    """The sentences of a token dataset's file, and the tag scheme of a columns dataset's files
+    (whose reader adds to ``counts``)."""
     if fmt is DatasetFormat.COLUMNS:
-        return _read_columns(name, config, path)
+        return _read_columns(name, config, path, counts)
     readers = {
         DatasetFormat.CONLLU: read_conllu,
         DatasetFormat.CONLL2000: read_conll2000,
@@ -347,7 +372,7 @@ def _read_tagged(
 
 
 def _read_columns(
-    name: str, config: DatasetConfig, path: Path
+    name: str, config: DatasetConfig, path: Path, counts: Counter[str]
 ) -> tuple[list[TaggedSentence], TagScheme]:
     """A columns dataset's file read with its options, and its tag scheme.
 
@@ -373,6 +398,7 @@ def _read_columns(
         token_column=options.token_column,
         label_column=options.label_column,
         separator=separator,
+        counts=counts,
     )
     return list(sentences), scheme
 
@@ -448,6 +474,9 @@ class TaskLabels:
     vocabulary: LabelVocabulary
     labels: dict[str, list[list[int]]]  # role -> label ids, per sentence
     heads: dict[str, list[list[int]]] | None  # pair task: role -> 1-based heads (0: root)
+    # what each run's record counts about the labels (supersense: the instances whose gold keys
+    # lie in several lexicographer files, per role)
+    counts: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def task_labels(task: TaskConfig, sources: dict[str, SplitSource]) -> TaskLabels:
@@ -455,7 +484,7 @@ def task_labels(task: TaskConfig, sources: dict[str, SplitSource]) -> TaskLabels
 
     A dev or test label never seen in train is an ElmolabError naming the file and line unless
     ``task.unseen`` is ``keep``. A control task draws each word type's tag from the training tags.
-    The vocabulary carries the tag scheme span F1 scores in (:func:`_span_scheme`).
+    The vocabulary carries the tag scheme test predictions are written in (:func:`_span_scheme`).
     """
     assert task.field is not None, "task.check() rejects token and pair tasks without a field"
     tags = {role: _field_values(source, task.field) for role, source in sources.items()}
@@ -480,24 +509,21 @@ def task_labels(task: TaskConfig, sources: dict[str, SplitSource]) -> TaskLabels
     heads = None
     if TaskKind(task.kind) is TaskKind.PAIR:
         heads = {role: _field_values(source, "heads") for role, source in sources.items()}
-    return TaskLabels(vocabulary, labels, heads)
+    counts = {
+        f"n_{role}_instances_in_several_supersenses": _supersenses(source, task.field)[1]
+        for role, source in sources.items()
+        if source.format.is_wsd
+    }
+    return TaskLabels(vocabulary, labels, heads, counts)
 
 
 def _span_scheme(task: TaskConfig, sources: dict[str, SplitSource]) -> TagScheme | None:
-    """The tag scheme a span F1 task is scored in: its data's (None: not span F1, or data read
-    without a scheme, scored as conlleval does). Train, dev and test must agree on it."""
+    """The tag scheme a span F1 task writes its test predictions in: its test data's (None: not
+    span F1, or data read without a scheme, written in IOB2). Span F1 counts conlleval's chunks,
+    which every split's IOB2 labels keep from its own scheme, so the splits may differ."""
     if task.metric != TaskMetric.SPAN_F1:
         return None
-    schemes = {source.scheme for source in sources.values()}
-    if len(schemes) > 1:
-        found = ", ".join(
-            f"{role} {source.dataset} {source.scheme or 'conlleval'}"
-            for role, source in sources.items()
-        )
-        raise ElmolabError(
-            f"task: span F1 scores train, dev and test in one tag scheme, but they differ ({found})"
-        )
-    return schemes.pop()
+    return sources["test"].scheme
 
 
 @dataclass(frozen=True)
@@ -520,6 +546,8 @@ def tree_splits(sources: dict[str, SplitSource]) -> dict[str, TreeSplit]:
 
 
 def _field_values(source: SplitSource, name: str) -> list[list]:
+    if source.format.is_wsd:
+        return _supersenses(source, name)[0]
     if not source.sentences:
         return []
     record = type(source.sentences[0])
@@ -530,3 +558,27 @@ def _field_values(source: SplitSource, name: str) -> list[list]:
             f" {name!r}; fields: {', '.join(names)}"
         )
     return [list(getattr(sentence, name)) for sentence in source.sentences]
+
+
+def _supersenses(source: SplitSource, name: str) -> tuple[list[list[str]], int]:
+    """A WSD split's token-task labels: each sense-tagged instance's supersense
+    (:func:`~elmolab.text.wsd.instance_supersense`), per sentence; and how many instances have
+    gold keys in several lexicographer files. ``name`` must be :data:`SUPERSENSE_FIELD`."""
+    if name != SUPERSENSE_FIELD:
+        raise ElmolabError(
+            f"task.field: {source.format.value} sentences ({source.dataset}) give a token task"
+            f" one field, {SUPERSENSE_FIELD!r}, not {name!r}"
+        )
+    labels, several = [], 0
+    for sentence in source.wsd_sentences():
+        row = []
+        for instance in sentence.instances:
+            try:
+                label, files = instance_supersense(instance)
+            except ValueError as error:
+                problem = f"instance {instance.instance_id}: {error}"
+                raise ElmolabError(problem, source.path) from None
+            row.append(label)
+            several += files > 1
+        labels.append(row)
+    return labels, several

@@ -52,6 +52,7 @@ TASK_ORDER = (
     "deparc",
     "structural",
     "wsd",
+    "supersense",
     "upos_control",
 )
 FEATURE_ORDER = ("layer0", "layer1", "layer2", "mean", "scalar_mix", "concat")

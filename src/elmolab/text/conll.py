@@ -20,6 +20,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import zlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -39,13 +40,15 @@ WNUT17_ENTITY_TYPES = frozenset(
 # A line whose first field is this separates documents (CoNLL-2003: ``-DOCSTART- -X- -X- O``).
 DOCSTART = "-DOCSTART-"
 Span = tuple[int, int, str]  # tokens [start, end) of a sentence, and the span's type
+# read_columns' count of IOB1 B- tags that open a span where I- would (conlleval reads them so).
+LOOSE_BEGINS = "B- tags after O or another type"
 
 
 class TagScheme(StrEnum):
     """How the tags of a sentence mark its spans; ``O`` is outside every span, X a span type."""
 
     IO = "IO"  # I-X on every token of a span: two adjacent spans of one type read as one
-    IOB1 = "IOB1"  # I-X on every token; B-X opens a span only right after another X span
+    IOB1 = "IOB1"  # I-X on every token; B-X opens a span right after another X span
     IOB2 = "IOB2"  # B-X opens every span and I-X continues it (the records' scheme)
     BIOES = "BIOES"  # B-X opens, I-X continues and E-X ends a span; S-X is a one-token span
 
@@ -199,7 +202,9 @@ def _check_tag(
     return ``tag`` in IOB2. ``types`` are the span types allowed (None: any).
 
     IOB2 and BIOES open every span explicitly (an ``I-X`` or ``E-X`` must continue an X span),
-    IOB1 uses ``B-X`` only right after an X span, and BIOES closes every span it opens.
+    and BIOES closes every span it opens. IOB1 is read as conlleval reads it: ``B-X`` always
+    opens a span, even where IOB1 has no need of one (after ``O`` or another type; see
+    :func:`loose_begin`), and ``I-X`` opens one unless it continues an X span.
     """
     prefix, dash, kind = tag.partition("-")
     if tag != "O" and (prefix not in _SCHEME_PREFIXES[scheme] or not dash or not kind):
@@ -214,13 +219,6 @@ def _check_tag(
         known = ", ".join(sorted(types))
         raise ElmolabError(f"unknown type {kind!r} in tag {tag!r} (known: {known})", path, line)
     inside = previous in (f"B-{kind}", f"I-{kind}")  # ``previous`` leaves an X span open
-    if prefix == "B" and scheme is TagScheme.IOB1 and not inside:
-        raise ElmolabError(
-            f"tag {tag!r} follows {previous!r}: IOB1 opens a span with I-{kind} and uses"
-            f" B-{kind} only right after another {kind} span",
-            path,
-            line,
-        )
     if prefix in ("I", "E") and scheme in (TagScheme.IOB2, TagScheme.BIOES) and not inside:
         single = f" or S-{kind}" if scheme is TagScheme.BIOES else ""
         raise ElmolabError(
@@ -229,6 +227,17 @@ def _check_tag(
             line,
         )
     return f"{'B' if prefix in ('B', 'S') or not inside else 'I'}-{kind}"
+
+
+def loose_begin(tag: str, previous: str) -> bool:
+    """Whether ``tag`` is a ``B-X`` that IOB1 does not need: one after ``previous`` ``O``, the
+    sentence start (``O``) or a tag of another type, where ``I-X`` would open the span as well.
+
+    The CoNLL-2003 release has two (``eng.train`` line 152428: ``Atlanta NNP I-NP B-MISC`` after
+    ``the DT I-NP O``); conlleval opens a span at them, and so does :func:`read_columns`.
+    """
+    prefix, dash, kind = tag.partition("-")
+    return prefix == "B" and bool(dash) and previous not in (f"B-{kind}", f"I-{kind}")
 
 
 def _check_closed(previous: str, scheme: TagScheme, path: PathArg, line: int, what: str) -> None:
@@ -379,17 +388,22 @@ def read_columns(
     separator: Separator = Separator.WHITESPACE,
     names: tuple[str, ...] | None = None,
     types: frozenset[str] | None = None,
+    counts: Counter[str] | None = None,
 ) -> list[NerSentence]:
     """Read a column file of tokens and span tags into one :class:`NerSentence` per sentence.
 
-    Format (CoNLL-2003 NER: ``EU NNP B-NP B-ORG``): one line per token, its fields split by
+    Format (CoNLL-2003 NER: ``EU NNP I-NP I-ORG``): one line per token, its fields split by
     ``separator``; the token and the tag are the fields at ``token_column`` and ``label_column``
     (Python indices: -1 is the last), and every line has as many fields as the first (given
     ``names``, one per field: exactly that many). A blank line ends a sentence, and so does a
     ``-DOCSTART-`` line, which is skipped. The tags are checked against ``scheme`` (and, given,
-    the span ``types``) and converted to IOB2.
+    the span ``types``) and converted to IOB2, keeping the spans conlleval reads.
+
+    ``counts``, given, gains :data:`LOOSE_BEGINS`: the IOB1 ``B-`` tags read where IOB1 has no
+    need of one (:func:`loose_begin`), each opening a span as conlleval opens one.
     """
     sentences = []
+    loose = 0
     for numbers, tokens, tags in _column_sentences(
         path, token_column, label_column, separator, names
     ):
@@ -397,11 +411,14 @@ def read_columns(
         previous = "O"
         for tag, number in zip(tags, numbers, strict=True):
             iob2.append(_check_tag(tag, previous, scheme, path, number, types))
+            loose += scheme is TagScheme.IOB1 and loose_begin(tag, previous)
             previous = tag
         _check_closed(previous, scheme, path, numbers[-1], "the sentence ends after")
         sentences.append(NerSentence(tuple(tokens), tuple(iob2)))
     if not sentences:
         raise _no_sentences(path)
+    if counts is not None and scheme is TagScheme.IOB1:
+        counts[LOOSE_BEGINS] += loose
     return sentences
 
 
@@ -485,22 +502,25 @@ def _check_columns(
 
 
 def detect_scheme(sentences: Iterable[Sequence[str]]) -> TagScheme:
-    """The tag scheme of the tag sequences ``sentences``, from where each prefix occurs.
+    """The tag scheme of the tag sequences ``sentences``, from the tags that open spans.
 
-    The first rule that holds decides:
+    A tag opens a span when it is first in its sentence or follows ``O`` or a tag of another
+    type. The first rule that holds decides:
 
     1. an ``E-`` or ``S-`` tag anywhere: BIOES;
-    2. a ``B-X`` that opens a span (first in its sentence, or after ``O`` or a tag of another
-       type): IOB2;
-    3. any ``B-X`` (each right after an X span, so separating two adjacent X spans): IOB1;
-    4. only ``I-`` and ``O`` tags: IO.
+    2. more spans opened by ``I-X`` than by ``B-X``: IOB1 if any ``B-`` tag occurs (IOB1's
+       ``B-X`` separates two adjacent X spans), else IO;
+    3. any ``B-`` tag: IOB2;
+    4. no tag but ``O`` (and malformed ones): IO.
 
+    A majority, not any one tag, decides rule 2, so that a stray tag does not flip the scheme:
+    the CoNLL-2003 release (IOB1) opens two of its 23,499 training spans with ``B-``, and IOB2
+    data with a stray ``I-X`` after ``O`` stays IOB2, whose check then reports that tag's line.
     IOB1 data that never has two adjacent spans of one type has no ``B-`` tag and is IO; both
-    read the same spans from it. Data that mixes schemes gets the first that holds, and the check
-    of the tags against it reports the first tag that does not fit. Malformed tags are left to
-    that check too.
+    read the same spans from it. Malformed tags are left to the check against the scheme.
     """
-    opens = separates = False  # a B-X that opens a span; one right after an X span
+    opened_by = Counter[str]()  # prefix (B, I) -> spans it opens
+    begins = False
     for tags in sentences:
         previous = "O"
         for tag in tags:
@@ -508,15 +528,13 @@ def detect_scheme(sentences: Iterable[Sequence[str]]) -> TagScheme:
             if dash and kind:
                 if prefix in ("E", "S"):
                     return TagScheme.BIOES
-                if prefix == "B":
-                    if previous in (f"B-{kind}", f"I-{kind}"):
-                        separates = True
-                    else:
-                        opens = True
+                begins = begins or prefix == "B"
+                if previous not in (f"B-{kind}", f"I-{kind}"):
+                    opened_by[prefix] += 1
             previous = tag
-    if opens:
-        return TagScheme.IOB2
-    return TagScheme.IOB1 if separates else TagScheme.IO
+    if opened_by["I"] > opened_by["B"]:
+        return TagScheme.IOB1 if begins else TagScheme.IO
+    return TagScheme.IOB2 if begins else TagScheme.IO
 
 
 def spans_to_tags(spans: Iterable[Span], length: int, scheme: TagScheme) -> list[str]:

@@ -154,6 +154,60 @@ def read_wordnet_sense_index(path: PathArg) -> WordNetSenseIndex:
     return WordNetSenseIndex(path, sense_numbers, senses)
 
 
+# WordNet 3.0's 45 lexicographer files (lexnames(5WN)), by the lex_filenum of a sense key: the
+# supersenses. Each file holds one part of speech, named before its dot (satellites: adj).
+LEXICOGRAPHER_FILES = (
+    "adj.all", "adj.pert", "adv.all", "noun.Tops", "noun.act", "noun.animal",  # 00-05
+    "noun.artifact", "noun.attribute", "noun.body", "noun.cognition",  # 06-09
+    "noun.communication", "noun.event", "noun.feeling", "noun.food", "noun.group",  # 10-14
+    "noun.location", "noun.motive", "noun.object", "noun.person", "noun.phenomenon",  # 15-19
+    "noun.plant", "noun.possession", "noun.process", "noun.quantity", "noun.relation",  # 20-24
+    "noun.shape", "noun.state", "noun.substance", "noun.time", "verb.body",  # 25-29
+    "verb.change", "verb.cognition", "verb.communication", "verb.competition",  # 30-33
+    "verb.consumption", "verb.contact", "verb.creation", "verb.emotion", "verb.motion",  # 34-38
+    "verb.perception", "verb.possession", "verb.social", "verb.stative", "verb.weather",  # 39-43
+    "adj.ppl",  # 44
+)  # fmt: skip
+
+
+def supersense(key: str) -> str:
+    """The supersense of a sense key: the lexicographer file its ``lex_filenum`` names
+    (``dog%1:05:00::`` -> ``noun.animal``).
+
+    Raises ValueError for a key without a two-digit lexicographer field, a number outside
+    00-44, or a file of another part of speech than the key's ``ss_type``.
+    """
+    _, pos = sense_key_lemma_pos(key)
+    number = key.partition("%")[2].split(":")[1]
+    if not (len(number) == 2 and number.isdigit()):
+        raise ValueError(f"sense key {key!r} has no lexicographer file number (lex_filenum)")
+    if int(number) >= len(LEXICOGRAPHER_FILES):
+        raise ValueError(
+            f"sense key {key!r} names lexicographer file {number}, but WordNet has 00-"
+            f"{len(LEXICOGRAPHER_FILES) - 1}"
+        )
+    name = LEXICOGRAPHER_FILES[int(number)]
+    if name.partition(".")[0].upper() != pos:
+        raise ValueError(
+            f"sense key {key!r}: lexicographer file {number} ({name}) is not a {pos} file"
+        )
+    return name
+
+
+def instance_supersense(instance: SenseInstance) -> tuple[str, int]:
+    """The supersense an instance is labelled with, and how many lexicographer files its gold
+    keys name.
+
+    Several gold keys (each correct) may lie in several files: the instance then gets the file
+    most of its keys name, ties going to the file of the earliest such key (the first key's,
+    for two keys in two files): the label agrees with as many correct senses as one label can,
+    and stays deterministic. Raises ValueError as :func:`supersense` does.
+    """
+    files = [supersense(key) for key in instance.sense_keys]
+    counts = {name: files.count(name) for name in files}  # insertion order: first occurrence
+    return max(counts, key=counts.__getitem__), len(counts)
+
+
 def _check_sense_key(
     key: str, wordnet: WordNetSenseIndex | None, path: PathArg, line: int
 ) -> tuple[str, str]:
