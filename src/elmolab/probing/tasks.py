@@ -59,6 +59,7 @@ from elmolab.text.conll import (
     read_lines,
     read_wnut17,
 )
+from elmolab.text.sst import read_sst
 from elmolab.text.wsd import WordNetSenseIndex, WsdSentence, read_raganato, read_semcor
 
 RAGANATO_DATA_SUFFIX = ".data.xml"
@@ -77,6 +78,7 @@ class DatasetFormat(StrEnum):
     COLUMNS = "columns"  # tokens, tags (IOB2, from any scheme): CoNLL-2003-style NER
     SEMCOR = "semcor"  # SemCor 3.0 TSV: sense-tagged sentences (WSD training side)
     RAGANATO = "raganato"  # NAME.data.xml beside NAME.gold.key.txt (WSD evaluation)
+    SST = "sst"  # Stanford Sentiment Treebank: a bracketed tree a line, the root's label
 
     @property
     def is_wsd(self) -> bool:
@@ -342,6 +344,7 @@ def _read_tagged(
         DatasetFormat.CONLLU: read_conllu,
         DatasetFormat.CONLL2000: read_conll2000,
         DatasetFormat.WNUT17: read_wnut17,
+        DatasetFormat.SST: read_sst,
     }
     return list(readers[fmt](path)), None
 
@@ -415,7 +418,11 @@ def _token_lines(
 ) -> list[list[int]]:
     """The line of every token: the token lines of each blank-line-separated block, without
     CoNLL-U comments, multiword-token ranges and empty nodes (the words the reader keeps); a
-    ``-DOCSTART-`` line separates the blocks of a columns file as a blank line does."""
+    ``-DOCSTART-`` line separates the blocks of a columns file as a blank line does. An SST
+    sentence is one line, every token of it on that line."""
+    if fmt is DatasetFormat.SST:
+        numbers = [n for n, line in enumerate(read_lines(path), start=1) if line.strip()]
+        return [[n] * len(s) for n, s in zip(numbers, sentences, strict=True)]
     blocks: list[list[int]] = []
     block: list[int] = []
     for number, line in enumerate(read_lines(path), start=1):
