@@ -160,6 +160,8 @@ class TaskConfig:
     # Sentence tasks: each label of the data -> the label the probe learns, null: the sentence is
     # left out (every label of the data must be a key); None: the data's labels as they are.
     label_map: dict[str, str | None] | None = None
+    # The task family the report's layer panel groups the task under (syntactic, semantic).
+    family: str | None = None
 
     def check(self) -> None:
         """Reject inconsistent settings, naming the key."""
