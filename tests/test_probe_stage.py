@@ -7,6 +7,7 @@ import math
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -294,6 +295,65 @@ def test_a_hydra_multirun_writes_one_result_per_job(
         for job, features in ((0, "layer0"), (1, "layer2"))
         for encoder in sorted(ENCODERS)
     ]
+
+
+def test_sentence_cells_pool_each_sentence_and_record_the_majority_baseline(
+    params: Path, tmp_path: Path
+) -> None:
+    """SST-5 and SST-2 (label_map) cells on the mini SST: one item per (kept) sentence, every
+    encoder and seed, the majority baseline of the labels each cell keeps, runs the report reads."""
+    counts = {}
+    for task in ("sentiment", "sentiment2"):
+        _, arguments = _cell(params, task, ["layer1", "scalar_mix"])
+        arguments["cell_dir"] = tmp_path / "probes" / task
+        runs = run_cell(**arguments)
+        assert len(runs) == 2 * 3 * 2  # modes x encoders x seeds
+        source = arguments["data"].read("sst", "test")
+        counts[task] = Counter(s.sentiment for s in source.sentences)
+        for run in runs:
+            folder = arguments["cell_dir"] / run["features"] / run["encoder"] / f"seed{run['seed']}"
+            stored = json.loads((folder / "metrics.json").read_text())
+            assert stored == run and run["metric"] == "accuracy"
+            total = run["per_sentence_test"]["total"]
+            assert total == [1] * run["n_test_tokens"]
+            assert sum(run["per_sentence_test"]["correct"]) / len(total) == pytest.approx(
+                run["test"]
+            )
+            predictions = (folder / "test_predictions.txt").read_text().splitlines()
+            assert len(predictions) == len(total)
+        test = counts[task]
+        if task == "sentiment":
+            expected = test
+        else:  # SST-2: no neutral sentence, 0-1 and 3-4 merged
+            expected = {"negative": test["0"] + test["1"], "positive": test["3"] + test["4"]}
+        assert run["n_test_tokens"] == sum(expected.values())
+        baseline = run["majority_baseline"]
+        assert baseline["test"] == pytest.approx(
+            expected[baseline["label"]] / sum(expected.values())
+        )
+        train = Counter(s.sentiment for s in arguments["data"].read("sst", "train").sentences)
+        if task == "sentiment":
+            assert baseline["label"] == max(sorted(train), key=train.__getitem__)
+    assert len(read_probe_runs(tmp_path / "probes")) == 2 * 2 * 3 * 2
+
+
+def test_a_sentence_label_missing_from_the_label_map_names_the_file_and_line(
+    params: Path, tmp_path: Path
+) -> None:
+    _, arguments = _cell(params, "sentiment2", ["layer1"])
+    del arguments["task"].label_map["3"]
+    path = arguments["data"].datasets["sst"].splits["train"]
+    line = 1 + next(
+        i
+        for i, s in enumerate(arguments["data"].read("sst", "train").sentences)
+        if s.sentiment == "3"
+    )
+    arguments["cell_dir"] = tmp_path / "cell"
+    with pytest.raises(
+        ElmolabError, match=rf"{path}:{line}: label '3' is not a key of task.label_map"
+    ):
+        run_cell(**arguments)
+    assert not arguments["cell_dir"].exists()
 
 
 def test_a_dev_label_never_seen_in_train_names_the_file_and_line(

@@ -21,7 +21,7 @@ from elmolab.probing import (
     ProbeResult,
     train_heads,
 )
-from elmolab.probing.datasets import standardize_layers
+from elmolab.probing.datasets import mean_pool, pool_sentences, standardize_layers
 from elmolab.probing.engine import Schedule, TokenProbes, made_progress
 from elmolab.probing.metrics import span_f1
 from elmolab.text.conll import TagScheme, spans_to_tags
@@ -68,6 +68,22 @@ def _split(
     return dataset, tags
 
 
+def _sentence_split(n_sentences: int, seed: int) -> tuple[FeatureDataset, list[np.ndarray]]:
+    """Sentences of 1 to 9 tokens, dim 6, one label each: only layer 1 tells it (every token of
+    the sentence leans towards its class, so the mean does), layers 0/2 are noise. Every fifth
+    sentence has no label (a label the task drops). Returns the pooled split and the per-sentence
+    features it pools."""
+    rng = np.random.default_rng(seed)
+    features, labels = [], []
+    for i in range(n_sentences):
+        label = int(rng.integers(0, 3))
+        layers = rng.normal(size=(3, int(rng.integers(1, 10)), 6)).astype(np.float32)
+        layers[1, :, label] += 1.5
+        features.append(layers)
+        labels.append([] if i % 5 == 4 else [label])
+    return pool_sentences(features, labels), features
+
+
 @pytest.fixture(scope="module")
 def splits() -> tuple[FeatureDataset, FeatureDataset, FeatureDataset]:
     return _split(40, 0)[0], _split(10, 1)[0], _split(10, 2)[0]
@@ -80,6 +96,7 @@ def _train(
     vocabulary: LabelVocabulary | None = None,
     metric: str = "accuracy",
     settings=FAST,
+    kind: str | None = None,
 ) -> list[ProbeResult]:
     heads = [Head(FeatureMode(mode), seed) for mode in modes for seed in seeds]
     pair = splits[0].heads is not None
@@ -87,7 +104,7 @@ def _train(
         heads,
         dict(zip(("train", "dev", "test"), splits, strict=True)),
         settings,
-        kind="pair" if pair else "token",
+        kind=kind or ("pair" if pair else "token"),
         metric=metric,
         vocabulary=vocabulary or LabelVocabulary(LABELS),
     )
@@ -205,9 +222,9 @@ def test_mlp_probe_learns_with_layer_norm(splits: tuple[FeatureDataset, ...]) ->
 
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
 @pytest.mark.parametrize("kind", ["linear", "mlp"])
-@pytest.mark.parametrize("pair", [False, True])
+@pytest.mark.parametrize("task", ["token", "pair", "sentence"])
 def test_heads_trained_together_equal_each_trained_alone(
-    kind: str, pair: bool, precision: str
+    kind: str, task: str, precision: str
 ) -> None:
     """The engine's batching is invisible: every head of a joint fit (each mode and seed) ends
     where a fit of that head alone ends, epoch for epoch, up to rounding, in either precision.
@@ -220,8 +237,12 @@ def test_heads_trained_together_equal_each_trained_alone(
     (4e-4 of the loss seen on an Intel Xeon with amx_bf16; none with AMX switched off by
     ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, nor on an AMD EPYC with avx512_bf16): one unit of
     bf16 rounding, 2**-8, bounds them. The epochs, scores and predictions must still be the
-    same."""
-    splits = tuple(_split(n, seed, pair=pair)[0] for n, seed in ((40, 0), (10, 1), (10, 2)))
+    same. A sentence task's heads (on its pooled sentences) too."""
+    pair = task == "pair"
+    if task == "sentence":
+        splits = tuple(_sentence_split(n, seed)[0] for n, seed in ((200, 0), (50, 1), (50, 2)))
+    else:
+        splits = tuple(_split(n, seed, pair=pair)[0] for n, seed in ((40, 0), (10, 1), (10, 2)))
     vocabulary = LabelVocabulary([*LABELS, "root"] if pair else LABELS)
     settings = dataclasses.replace(
         FAST,
@@ -234,11 +255,13 @@ def test_heads_trained_together_equal_each_trained_alone(
         precision=precision,
     )
     modes = ["layer0", "layer1", "layer2", "mean", "scalar_mix", "concat"]
-    together = _train(splits, modes, (1, 2), vocabulary, settings=settings)
+    together = _train(splits, modes, (1, 2), vocabulary, settings=settings, kind=task)
     assert len({result.epochs for result in together}) > 1  # heads stopped at different epochs
     rounding = 1e-5 if precision == "32-true" else 2**-8
     for result in together:
-        (alone,) = _train(splits, [result.features], (result.seed,), vocabulary, settings=settings)
+        (alone,) = _train(
+            splits, [result.features], (result.seed,), vocabulary, settings=settings, kind=task
+        )
         assert (result.features, result.seed) == (alone.features, alone.seed)
         assert (result.best_epoch, result.epochs) == (alone.best_epoch, alone.epochs)
         assert result.dev == pytest.approx(alone.dev, abs=1e-9)
@@ -293,6 +316,65 @@ def test_folded_token_heads_equal_mixing_then_classifying(kind: str, layer_norm:
         groups = probes.seed_group[numbers]
         reference = part.probe(probes.inputs(part, x, groups, local), local)
         torch.testing.assert_close(logits, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_pooling_a_padded_batch_equals_pooling_each_sentence_alone() -> None:
+    """``mean_pool`` ignores whatever fills the padding (NaN here); ``pool_sentences`` pools in
+    padded batches (300 sentences: two of them) and leaves out the sentences without a label."""
+    split, features = _sentence_split(300, 3)
+    alone = [torch.from_numpy(f).mean(dim=1) for f in features]  # (layers, dim) each
+    tokens = [torch.from_numpy(f).transpose(0, 1) for f in features[:7]]  # (n_i, layers, dim)
+    padded = torch.nn.utils.rnn.pad_sequence(tokens, batch_first=True, padding_value=np.nan)
+    lengths = torch.tensor([len(t) for t in tokens])
+    assert len(set(lengths.tolist())) > 1 and padded.isnan().any()
+    torch.testing.assert_close(mean_pool(padded, lengths), torch.stack(alone[:7]))
+    kept = [i for i in range(300) if i % 5 != 4]
+    assert split.sentence_lengths == (1,) * len(kept) and split.features.dtype == torch.float32
+    torch.testing.assert_close(split.features, torch.stack([alone[i] for i in kept], dim=1))
+
+
+@pytest.mark.parametrize("kind", ["linear", "mlp"])
+def test_pooled_sentence_heads_equal_mixing_then_pooling(kind: str) -> None:
+    """A sentence head reads its layers pooled, then mixed; the reference mixes each token's
+    layers (``HeadProbes.inputs``, the learned mixes away from their start), pools each sentence's
+    mixed tokens and classifies: the same logits, for every mode (a concatenation pools block by
+    block)."""
+    (train, features), dev, test = (
+        _sentence_split(60, 0),
+        _sentence_split(10, 1),
+        _sentence_split(10, 2),
+    )
+    settings = dataclasses.replace(FAST, kind=kind, hidden_dim=8)
+    modes = ["layer0", "layer1", "layer2", "mean", "scalar_mix", "concat"]
+    heads = [Head(FeatureMode(mode), seed) for mode in modes for seed in (1, 2)]
+    probes = _mixed_token_probes(heads, (train, dev[0], test[0]), settings)
+    probes.eval()
+    items = torch.arange(len(train.labels))
+    active = torch.ones(len(heads), dtype=torch.bool)
+    pooled_first = probes._part_logits("train", [items, items], probes.seed_group, active)
+    kept = [torch.from_numpy(f) for i, f in enumerate(features) if i % 5 != 4]
+    tokens = torch.cat(kept, dim=1)  # (layers, T, dim)
+    sentence = torch.repeat_interleave(torch.tensor([f.shape[1] for f in kept]))  # (T,)
+    lengths = torch.bincount(sentence).float()  # (S,)
+    x = tokens[:, None].expand(-1, 2, -1, -1)  # (layers, G, T, dim)
+    for part, local, numbers, logits in pooled_first:
+        blocks = probes.inputs(part, x, probes.seed_group[numbers], local)  # (h, T, d) each
+        pooled = [
+            torch.zeros(b.shape[0], len(kept), b.shape[2]).index_add_(1, sentence, b)
+            / lengths[:, None]
+            for b in blocks
+        ]
+        reference = part.probe(pooled, local)  # (h, S, labels)
+        torch.testing.assert_close(logits, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_a_sentence_probe_learns_from_pooled_layers() -> None:
+    splits = tuple(_sentence_split(n, seed)[0] for n, seed in ((300, 0), (60, 1), (60, 2)))
+    results = _train(splits, ["layer0", "layer1", "scalar_mix"], kind="sentence")
+    layer0, layer1, mix = (r.test for r in results)
+    assert layer1 >= 0.9 and mix >= 0.9 and layer0 < 0.6
+    assert results[1].per_sentence_test["total"] == [1] * len(splits[2].labels)
+    assert [len(p) for p in results[1].test_predictions] == [1] * len(splits[2].labels)
 
 
 @pytest.mark.parametrize("root", ["learned", "zeros"])

@@ -3,7 +3,9 @@
 A split's features are ``(num_layers, tokens, dim)``, the layer axis first as in feature files,
 the sentences one after the other; float16 storage stays float16 in memory (batches become
 float32). :class:`FeatureDataset` adds each token's label (and, for pair tasks, the flat index of
-its head); :class:`TreeDataset` each word's CoNLL-U head and whether it is punctuation.
+its head); :class:`TreeDataset` each word's CoNLL-U head and whether it is punctuation. A sentence
+task's split is a :class:`FeatureDataset` of one item per sentence, its tokens' layers mean-pooled
+(:func:`pool_sentences`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from os import PathLike
 
 import numpy as np
 import torch
+from torch import nn
 
 from elmolab.errors import ElmolabError
 
@@ -173,6 +176,67 @@ class FeatureDataset(_Layers):
             labels=self.labels[rows],
             sentence_lengths=tuple(self.sentence_lengths[i] for i in sentences),
         )
+
+
+# pool_sentences: sentences per padded batch (bounds the padded copy's memory).
+POOL_BATCH = 256
+
+
+def mean_pool(padded: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The mean over each sentence's tokens of a padded batch, padding ignored.
+
+    ``padded`` is ``(batch, max_length, *rest)``, sentence ``b``'s tokens in its first
+    ``lengths[b]`` positions (at least one) and anything after them; returns ``(batch, *rest)``
+    in float32: ``sum_{t < n_b} x_bt / n_b``.
+    """
+    positions = torch.arange(padded.shape[1])  # (max_length,)
+    mask = positions[None, :] < lengths[:, None]  # (batch, max_length)
+    mask = mask.view(*mask.shape, *([1] * (padded.dim() - 2)))
+    total = torch.where(mask, padded.float(), 0.0).sum(dim=1)  # (batch, *rest)
+    return total / lengths.view(-1, *([1] * (total.dim() - 1))).float()
+
+
+def pool_sentences(
+    features: Sequence[np.ndarray | torch.Tensor],
+    labels: Sequence[Sequence[int]],
+    *,
+    path: str | PathLike[str] | None = None,
+) -> FeatureDataset:
+    """A sentence task's split: every layer of each sentence mean-pooled over its tokens, one
+    item per sentence, float32 ``(num_layers, items, dim)``.
+
+    ``features[i]`` is sentence ``i``'s ``(num_layers, n_i, dim)``, as in feature files (``n_i``
+    at least 1); ``labels[i]`` its label id as a one-element list, or ``[]`` for a sentence the
+    task leaves out (a label its ``label_map`` drops): it is no item. Sentences are pooled in
+    padded batches (:func:`mean_pool`). Each item is a sentence of length 1
+    (``sentence_lengths``), so the engine trains and scores it as a token (accuracy = the share of
+    sentences right). ``path`` names the feature file in the ElmolabError raised on bad input.
+    """
+    if not features:
+        raise ElmolabError("no sentences", path)
+    if len(features) != len(labels):
+        raise ElmolabError(
+            f"{len(features)} sentences of features but {len(labels)} of labels", path
+        )
+    for i, sentence in enumerate(labels):
+        if len(sentence) > 1:
+            raise ElmolabError(f"sentence {i}: {len(sentence)} labels, a sentence task has 1", path)
+    kept = [i for i, sentence in enumerate(labels) if sentence]
+    if not kept:
+        raise ElmolabError("no sentence keeps a label", path)
+    stacked, lengths = stack_sentences([features[i] for i in kept], path, min_length=1)
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    pooled = []
+    for first in range(0, len(kept), POOL_BATCH):
+        batch = range(first, min(first + POOL_BATCH, len(kept)))
+        tokens = [stacked[:, starts[i] : starts[i + 1]].transpose(0, 1) for i in batch]
+        padded = nn.utils.rnn.pad_sequence(tokens, batch_first=True)  # (b, T, layers, dim)
+        pooled.append(mean_pool(padded, torch.tensor([lengths[i] for i in batch])))
+    return FeatureDataset(
+        features=torch.cat(pooled).transpose(0, 1).contiguous(),  # (layers, items, dim)
+        labels=torch.tensor([labels[i][0] for i in kept], dtype=torch.int64),
+        sentence_lengths=(1,) * len(kept),
+    )
 
 
 def stack_sentences(

@@ -17,6 +17,14 @@ Every trained probe kind runs through :func:`fit_heads`, one loop with one early
 
 - token (a label per token: UPOS, chunks, NER) and pair (a label per word and gold head:
   dependency labels), linear or MLP classifiers (:class:`TokenProbes`);
+- sentence (a label per sentence: sentiment), the token probes on one item per sentence, its
+  tokens' layers mean-pooled (``elmolab.probing.datasets.pool_sentences``). Pooling and every
+  mode's mix are both linear maps of the layers, so pooling each layer first and then mixing is
+  exactly mixing each token and then pooling: ``mean_t sum_j gamma s_j h_jt = sum_j gamma s_j
+  mean_t h_jt`` (a concatenation pools block by block), and the heads, their learned mixes
+  included, train on the pooled layers as token heads do, with the token schedule. The layers are
+  pooled once per split and standardized as pooled items (``probe.standardize``, an affine map
+  per dimension that a head's first map absorbs, as for tokens);
 - arc (``deparc``: each word's head among the root and the sentence's words, a bilinear
   scorer, :class:`ArcProbes`) and structural (Hewitt and Manning's distance probe,
   :class:`StructuralProbes`), which read whole sentences in padded batches
@@ -69,6 +77,8 @@ ADAM_EPS = 1e-8
 
 PRECISIONS = ("auto", "32-true", "bf16-mixed")
 PADDING_LABEL = -100  # the target of a padded slot: no loss
+# The kinds TokenProbes trains: a label per token, per (word, gold head), per pooled sentence.
+TOKEN_KINDS = ("token", "pair", "sentence")
 
 # A parameter (head axis first), its learning rate, weight decay, and its rows' head numbers.
 ParamGroup = tuple[nn.Parameter, float, float, torch.Tensor]
@@ -202,7 +212,8 @@ class Schedule:
 
     @classmethod
     def of(cls, settings: ProbeSettings, kind: str) -> Schedule:
-        """The schedule of probe ``kind``: token, pair, arc or structural."""
+        """The schedule of probe ``kind``: token, pair, sentence (the token schedule), arc or
+        structural."""
         if kind in ("arc", "structural"):
             t = settings.tree
             return cls(
@@ -215,7 +226,7 @@ class Schedule:
                 0.0,
                 settings.min_delta,
             )
-        if kind not in ("token", "pair"):
+        if kind not in TOKEN_KINDS:
             raise ValueError(f"unknown probe kind {kind!r}")
         return cls(
             settings.pair_lr if kind == "pair" else settings.lr,
@@ -1737,14 +1748,17 @@ def train_heads(
     gold: StructuralGold | None = None,
 ) -> list[ProbeResult]:
     """Train every head on ``splits`` (train, dev, test) together and score each; ``kind`` is
-    ``token`` or ``pair`` (then ``metric`` and ``vocabulary`` are needed; ``bits``: the results
-    give the cross-entropy in bits too), ``arc`` or ``structural`` (``gold``: the splits' gold
-    side made once for many fits, else made here). Results come in the order of ``heads``."""
+    ``token``, ``pair`` or ``sentence`` (splits of pooled sentences, one item each; then
+    ``metric`` and ``vocabulary`` are needed; ``bits``: the results give the cross-entropy in bits
+    too), ``arc`` or ``structural`` (``gold``: the splits' gold side made once for many fits, else
+    made here). Results come in the order of ``heads``."""
     settings.check()
     if any(head.baseline for head in heads) and kind not in ("token", "pair"):
         raise ValueError("conditional heads (layer 0 beside a mode) are for token and pair probes")
     probes: HeadProbes
-    if kind in ("token", "pair"):
+    if kind == "sentence" and any(split.heads is not None for split in splits.values()):
+        raise ValueError("sentence splits hold pooled sentences, without heads")
+    if kind in TOKEN_KINDS:
         assert metric is not None and vocabulary is not None
         probes = TokenProbes(
             heads,

@@ -19,7 +19,10 @@ best_epoch, epochs, hit_epoch_cap, mix_weights, gamma, wall_seconds, precision, 
 n_dev_tokens, n_test_tokens, n_train_sentences, per_sentence_test`` (per-sentence correct/total
 test counts for counted metrics, else null), the epoch ``history`` and the kind's further scores
 (``dev_dspr``/``test_dspr``, ``dev_untyped_f1``/``test_untyped_f1``; a task measuring information,
-``mdl`` or ``conditional``, adds ``dev_bits``/``test_bits`` and ``per_sentence_test_bits``). The
+``mdl`` or ``conditional``, adds ``dev_bits``/``test_bits`` and ``per_sentence_test_bits``; a
+sentence task adds ``majority_baseline``, ``{label, dev, test}``: the most frequent train label and
+its accuracy on dev and test, the score of a probe that always predicts it, and counts items, one
+per sentence, as ``n_*_tokens``). The
 online code and conditional probing (Voita and Titov 2020; Hewitt et al. 2021) are
 ``elmolab.io.results``'s to define. WSD writes F1 on the test
 set (``dev``: on the dev set) with precision, recall and the back-off count; the learned
@@ -61,7 +64,12 @@ from elmolab.io.results import (
     run_folder,
 )
 from elmolab.models.scalar_mix import FeatureMode
-from elmolab.probing.datasets import FeatureDataset, TreeDataset, standardize_layers
+from elmolab.probing.datasets import (
+    FeatureDataset,
+    TreeDataset,
+    pool_sentences,
+    standardize_layers,
+)
 from elmolab.probing.engine import (
     Head,
     ProbeResult,
@@ -72,7 +80,7 @@ from elmolab.probing.engine import (
     probe_precision,
     train_heads,
 )
-from elmolab.probing.metrics import TaskMetric
+from elmolab.probing.metrics import LabelVocabulary, TaskMetric
 from elmolab.probing.tasks import (
     TREE_METRICS,
     DataCatalog,
@@ -101,6 +109,7 @@ WSD_METRIC = "f1"
 # per-sentence counts, so the report can run a paired bootstrap over test sentences.
 COUNTED_METRICS = (TaskMetric.ACCURACY.value, *TREE_METRICS.values())
 ROLES = ("train", "dev", "test")
+EVAL_ROLES = ROLES[1:]
 
 # Starts the tracking run of one probe run: its identifying fields -> a TrackedRun context.
 RunStarter = Callable[[dict[str, Any]], AbstractContextManager[TrackedRun]]
@@ -373,8 +382,9 @@ def load_splits(
     """Every encoder's train, dev and test split of ``task``, each one contiguous array in its
     stored type (with ``probe.standardize``, each layer standardized by its train split's
     statistics; tree tasks' then in the type their probes read, :func:`probe_dtype`, which
-    every job would otherwise convert on its own), and (token and pair tasks) the task's
-    labels."""
+    every job would otherwise convert on its own; sentence tasks' pooled, one float32 item per
+    sentence, :func:`~elmolab.probing.datasets.pool_sentences`), and (token, pair and sentence
+    tasks) the task's labels."""
     sources = task_sources(task, data)
     kind = TaskKind(task.kind)
     splits: dict[str, dict[str, Any]] = {}
@@ -395,6 +405,9 @@ def load_splits(
                 split: Any = TreeDataset.from_sentences(
                     features, trees[role].heads, trees[role].punct, path=path
                 )
+            elif kind is TaskKind.SENTENCE:
+                assert labels is not None
+                split = pool_sentences(features, labels.labels[role], path=path)
             else:
                 assert labels is not None
                 split = FeatureDataset.from_sentences(
@@ -424,9 +437,9 @@ def _fit(
     labels: TaskLabels | None,
     settings: ProbeSettings,
     gold: StructuralGold | None = None,
-) -> tuple[list[ProbeResult], dict[str, int]]:
+) -> tuple[list[ProbeResult], dict[str, Any]]:
     """One job's results, and the counts of the splits it trained and scored on (``gold``: the
-    structural probe's, made once for the cell)."""
+    structural probe's, made once for the cell; a sentence task's majority baseline too)."""
     train = splits["train"]
     if job.fraction < 1.0:
         train = train.subset(training_subset(len(train.sentence_lengths), job.fraction, settings))
@@ -445,6 +458,9 @@ def _fit(
     counts["n_train_sentences"] = len(train.sentence_lengths)
     if labels is not None:
         counts.update(labels.counts)
+    if kind is TaskKind.SENTENCE:
+        assert labels is not None
+        counts["majority_baseline"] = majority_baseline(fit_splits, labels.vocabulary)
     for result in results:
         log.info(
             "%s/%s/%s/seed%d%s: dev %.4f, test %.4f (%s, best epoch %d of %d%s)",
@@ -461,6 +477,18 @@ def _fit(
             ", epoch cap" if result.hit_epoch_cap else "",
         )
     return results, counts
+
+
+def majority_baseline(
+    splits: Mapping[str, FeatureDataset], vocabulary: LabelVocabulary
+) -> dict[str, Any]:
+    """The majority-class baseline: the most frequent label of ``splits["train"]`` (the first in
+    the vocabulary's order among equals) and the share of dev's and test's items that hold it,
+    the accuracy of a probe that always predicts it."""
+    train = splits["train"].labels  # (items,)
+    label = int(torch.bincount(train, minlength=len(vocabulary)).argmax())
+    shares = {role: float((splits[role].labels == label).double().mean()) for role in EVAL_ROLES}
+    return {"label": vocabulary.labels[label], **shares}
 
 
 def online_code_blocks(sentences: int, settings: ProbeSettings) -> list[list[int]]:
@@ -675,7 +703,7 @@ def _probe_metrics(
     fields: dict[str, Any],
     fraction: float,
     result: ProbeResult,
-    counts: dict[str, int],
+    counts: dict[str, Any],
     precision: str,
 ) -> dict[str, Any]:
     counted = result.metric in COUNTED_METRICS

@@ -15,7 +15,10 @@ selects on (dev) and tests on, and its kind:
 - ``token``: one label per token, the sentence records' field ``field`` (UPOS, XPOS, chunks, NER);
 - ``pair``: the label of each word's arc to its gold head (``deprels``), from
   ``[h_dep; h_head; h_dep * h_head]``;
-- ``wsd``: 1-nearest-neighbour over SemCor sense centroids, first-sense back-off, F1.
+- ``wsd``: 1-nearest-neighbour over SemCor sense centroids, first-sense back-off, F1;
+- ``sentence``: one label per sentence, the sentence records' field ``field`` (SST's
+  ``sentiment``), from its tokens' features mean-pooled; ``label_map`` renames labels and drops
+  the sentences of a label mapped to null (SST-2 from SST-5's five labels).
 
 With ``control_seed`` set, a token task becomes its control task (Hewitt and Liang 2019): each word
 type's label is a random tag, fixed per type and drawn from the training tag distribution.
@@ -61,6 +64,7 @@ from elmolab.text.conll import (
     read_lines,
     read_wnut17,
 )
+from elmolab.text.sst import read_sst
 from elmolab.text.wsd import (
     WordNetSenseIndex,
     WsdSentence,
@@ -86,6 +90,7 @@ class DatasetFormat(StrEnum):
     COLUMNS = "columns"  # tokens, tags (IOB2, from any scheme): CoNLL-2003-style NER
     SEMCOR = "semcor"  # SemCor 3.0 TSV: sense-tagged sentences (WSD training side)
     RAGANATO = "raganato"  # NAME.data.xml beside NAME.gold.key.txt (WSD evaluation)
+    SST = "sst"  # Stanford Sentiment Treebank: a bracketed tree a line, the root's label
 
     @property
     def is_wsd(self) -> bool:
@@ -98,6 +103,7 @@ class TaskKind(StrEnum):
     WSD = "wsd"  # 1-NN word sense disambiguation
     ARC = "arc"  # which word is each word's head (deparc): attachment accuracy
     STRUCTURAL = "structural"  # Hewitt and Manning's structural probe: UUAS, distance Spearman
+    SENTENCE = "sentence"  # one label per sentence, from its tokens' features mean-pooled
 
     @property
     def is_tree(self) -> bool:
@@ -170,6 +176,9 @@ class TaskConfig:
     # Token tasks: conditional probing (Hewitt et al. 2021), probes on [layer0; layer k] for
     # k = 1, 2 and the scalar mix beside the layer-0 probe; the information beyond layer 0.
     conditional: bool = False
+    # Sentence tasks: each label of the data -> the label the probe learns, null: the sentence is
+    # left out (every label of the data must be a key); None: the data's labels as they are.
+    label_map: dict[str, str | None] | None = None
 
     def check(self) -> None:
         """Reject inconsistent settings, naming the key."""
@@ -201,6 +210,17 @@ class TaskConfig:
                 raise ElmolabError(f"task.field: a {kind.value} task needs the label field")
             if kind is TaskKind.PAIR and self.control_seed is not None:
                 raise ElmolabError("task.control_seed: control tasks are token tasks")
+        if kind is TaskKind.SENTENCE:
+            if self.metric != TaskMetric.ACCURACY:
+                raise ElmolabError(
+                    f"task.metric: sentence tasks score accuracy, not {self.metric!r}"
+                )
+            if self.control_seed is not None:
+                raise ElmolabError("task.control_seed: control tasks are token tasks")
+            if self.label_map is not None and not any(self.label_map.values()):
+                raise ElmolabError("task.label_map: every label is dropped (mapped to null)")
+        elif self.label_map is not None:
+            raise ElmolabError(f"task.label_map: for sentence tasks, not {kind.value}")
         if self.unseen not in ("raise", "keep"):
             raise ElmolabError(f"task.unseen must be 'raise' or 'keep', got {self.unseen!r}")
 
@@ -367,6 +387,7 @@ def _read_tagged(
         DatasetFormat.CONLLU: read_conllu,
         DatasetFormat.CONLL2000: read_conll2000,
         DatasetFormat.WNUT17: read_wnut17,
+        DatasetFormat.SST: read_sst,
     }
     return list(readers[fmt](path)), None
 
@@ -441,7 +462,11 @@ def _token_lines(
 ) -> list[list[int]]:
     """The line of every token: the token lines of each blank-line-separated block, without
     CoNLL-U comments, multiword-token ranges and empty nodes (the words the reader keeps); a
-    ``-DOCSTART-`` line separates the blocks of a columns file as a blank line does."""
+    ``-DOCSTART-`` line separates the blocks of a columns file as a blank line does. An SST
+    sentence is one line, every token of it on that line."""
+    if fmt is DatasetFormat.SST:
+        numbers = [n for n, line in enumerate(read_lines(path), start=1) if line.strip()]
+        return [[n] * len(s) for n, s in zip(numbers, sentences, strict=True)]
     blocks: list[list[int]] = []
     block: list[int] = []
     for number, line in enumerate(read_lines(path), start=1):
@@ -487,6 +512,8 @@ def task_labels(task: TaskConfig, sources: dict[str, SplitSource]) -> TaskLabels
     The vocabulary carries the tag scheme test predictions are written in (:func:`_span_scheme`).
     """
     assert task.field is not None, "task.check() rejects token and pair tasks without a field"
+    if TaskKind(task.kind) is TaskKind.SENTENCE:
+        return _sentence_labels(task, sources)
     tags = {role: _field_values(source, task.field) for role, source in sources.items()}
     scheme = _span_scheme(task, sources)
     if task.control_seed is not None:
@@ -517,6 +544,36 @@ def task_labels(task: TaskConfig, sources: dict[str, SplitSource]) -> TaskLabels
     return TaskLabels(vocabulary, labels, heads, counts)
 
 
+def _sentence_labels(task: TaskConfig, sources: dict[str, SplitSource]) -> TaskLabels:
+    """A sentence task's labels: per sentence ``[id]``, or ``[]`` where ``task.label_map`` maps
+    its label to null (the sentence is no item of the task). A label that is no key of the map is
+    an ElmolabError naming the sentence's file and line."""
+    assert task.field is not None
+    tags: dict[str, list[list[str]]] = {}
+    for role, source in sources.items():
+        values = _field_values(source, task.field, per_token=False)
+        lines = source.token_lines or [[None]] * len(values)  # a sentence's tokens: one line
+        tags[role] = []
+        for value, (line, *_) in zip(values, lines, strict=True):
+            label = str(value)
+            if task.label_map is not None:
+                if label not in task.label_map:
+                    keys = ", ".join(task.label_map)
+                    problem = f"label {label!r} is not a key of task.label_map ({keys})"
+                    raise ElmolabError(problem, source.path, line)
+                label = task.label_map[label]
+            tags[role].append([] if label is None else [label])
+    vocabulary = LabelVocabulary.from_sentences(
+        tags["train"],
+        unseen=task.unseen,  # type: ignore[arg-type]
+    )
+    labels = {
+        role: vocabulary.encode(tags[role], path=source.path, lines=source.token_lines)
+        for role, source in sources.items()
+    }
+    return TaskLabels(vocabulary, labels, None)
+
+
 def _span_scheme(task: TaskConfig, sources: dict[str, SplitSource]) -> TagScheme | None:
     """The tag scheme a span F1 task writes its test predictions in: its test data's (None: not
     span F1, or data read without a scheme, written in IOB2). Span F1 counts conlleval's chunks,
@@ -545,7 +602,8 @@ def tree_splits(sources: dict[str, SplitSource]) -> dict[str, TreeSplit]:
     }
 
 
-def _field_values(source: SplitSource, name: str) -> list[list]:
+def _field_values(source: SplitSource, name: str, per_token: bool = True) -> list:
+    """Field ``name`` of every sentence: a list per sentence (``per_token``), else the value."""
     if source.format.is_wsd:
         return _supersenses(source, name)[0]
     if not source.sentences:
@@ -557,6 +615,8 @@ def _field_values(source: SplitSource, name: str) -> list[list]:
             f"task.field: {source.format.value} sentences ({source.dataset}) have no field"
             f" {name!r}; fields: {', '.join(names)}"
         )
+    if not per_token:
+        return [getattr(sentence, name) for sentence in source.sentences]
     return [list(getattr(sentence, name)) for sentence in source.sentences]
 
 
