@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fixtures.report.fake_artifacts import (
+    FAMILIES,
     SEEDS,
     build_report,
     report_config,
@@ -405,7 +406,7 @@ def test_the_report_shows_three_encoders_and_the_new_sections(complete_report):
     page = (out / "index.html").read_text(encoding="utf-8")
     for anchor in ("trained-vs-token-layer", "learning-curves", "structural-probe"):
         assert f'id="{anchor}"' in page and f'href="#{anchor}"' in page
-    assert page.count('src="data:image/png;base64,') == 6
+    assert page.count('src="data:image/png;base64,') == 7  # the layer panel's included
     assert 'alt="probe learning curves"' in page
     assert (out / "figures" / "probe_learning_curves.png").read_bytes()[:4] == b"\x89PNG"
     main_result = page[page.index('id="main-result"') : page.index('id="pretraining"')]
@@ -465,14 +466,16 @@ def test_html_and_markdown_render_every_table_of_one_model(tmp_path):
     write_complete_artifacts(tmp_path)
     cfg = report_config(tmp_path, **{"polysemy.enabled": False})
     config = section(cfg, "report", ReportConfig)
-    data = gather(config, "test report", OmegaConf.to_yaml(cfg), seed=1, cwd=tmp_path)
+    data = gather(
+        config, "test report", OmegaConf.to_yaml(cfg), seed=1, cwd=tmp_path, families=FAMILIES
+    )
     out = tmp_path / "artifacts" / "report"
     write_report(data, config, out)
     page = html.unescape((out / "index.html").read_text(encoding="utf-8"))
     markdown = (out / "summary.md").read_text(encoding="utf-8").splitlines()
     built = sections.Sections.of(data)
     present = [t for t in vars(built).values() if isinstance(t, sections.Table)]
-    assert len(present) == 7  # every section of the complete fixture has its table
+    assert len(present) == 8  # every section of the complete fixture has its table
     for table in present:
         header = "| " + " | ".join(
             c.title + (f" ({c.detail})" if c.detail else "") for c in table.columns
