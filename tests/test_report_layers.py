@@ -14,6 +14,7 @@ from fixtures.report.fake_artifacts import (
     WSD_FIRST_SENSE,
     build_report,
     report_config,
+    report_data,
     write,
     write_fake_artifacts,
     write_probe_runs,
@@ -181,35 +182,14 @@ def test_an_unknown_family_follows_the_known_ones_sorted():
         for seed in SEEDS
         for mode, score in (("layer1", base), ("layer2", base + 0.01 * seed))
     ]
-    cells = group_cells(runs)
-    data = _data(cells, {"zeta": "lexical", "upos": "syntactic", "alpha": "discourse"})
+    data = report_data(
+        runs, families={"zeta": "lexical", "upos": "syntactic", "alpha": "discourse"}
+    )
     assert tables.panel_tasks(data) == [
         ("syntactic", "upos"),
         ("discourse", "alpha"),
         ("lexical", "zeta"),
     ]
-
-
-def _data(cells, families):
-    from elmolab.report.build import ReportData, SignificanceConfig
-
-    return ReportData(
-        title="t",
-        inputs=None,
-        cells=cells,
-        comparisons=[],
-        selectivity=[],
-        token_comparisons=[],
-        curve_cells={},
-        curve_comparisons=[],
-        polysemy=[],
-        polysemy_layers=[2],
-        params_yaml="",
-        version=None,
-        significance=SignificanceConfig(alpha=ALPHA, bootstrap_samples=100),
-        families=families,
-        layer_gaps=layer_gaps(cells, "layer1", "layer2", 100, 1),
-    )
 
 
 def test_layer_gaps_pair_the_seeds_both_layers_have():
