@@ -20,8 +20,16 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 def run(cfg: DictConfig, out_dir: Path) -> dict:
     config = section(cfg, "report", ReportConfig)
     params = OmegaConf.to_yaml(redact(OmegaConf.to_container(cfg, resolve=True)))
+    # Each task's family groups the layer panel (a task file's `family`, composed into grid.tasks).
+    tasks = OmegaConf.select(cfg, "grid.tasks", default=None) or {}
+    families = {name: task.get("family") for name, task in tasks.items()}
     data = gather(
-        config, f"{cfg.study}: what the biLM's layers know", params, seed=cfg.seed, cwd=Path.cwd()
+        config,
+        f"{cfg.study}: what the biLM's layers know",
+        params,
+        seed=cfg.seed,
+        cwd=Path.cwd(),
+        families=families,
     )
     return write_report(data, config, out_dir)
 

@@ -199,6 +199,16 @@ def test_each_kind_of_task_writes_the_runs_the_report_reads(params: Path) -> Non
     assert wsd["n_test_instances"] == len(
         (probes / "wsd/layer2/trained/test_predictions.txt").read_text().splitlines()
     )
+    counts = wsd["per_sentence_test"]  # recall's counts, for the report's paired bootstrap
+    assert sum(counts["total"]) == wsd["n_test_instances"]
+    assert sum(counts["correct"]) / sum(counts["total"]) == pytest.approx(wsd["recall"])
+    # the first-sense baseline reads no features: the same in every encoder's and mode's file
+    random = json.loads((probes / "wsd/layer2/random/metrics.json").read_text())
+    assert 0 < wsd["test_first_sense"] <= 1 and 0 < wsd["dev_first_sense"] <= 1
+    assert (random["dev_first_sense"], random["test_first_sense"]) == (
+        wsd["dev_first_sense"],
+        wsd["test_first_sense"],
+    )
     not_applicable = json.loads((probes / "wsd/scalar_mix/random/metrics.json").read_text())
     assert not_applicable["applicable"] is False and not_applicable["seed"] is None
 

@@ -22,6 +22,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 BUILT_TEMPLATE = ROOT / "build" / "dvc-plots.html"  # make vega-template
 TRAINED_BLUE = (0x1F, 0x5F, 0xA8)  # elmolab.report.figures.ENCODER_COLORS["trained"]
 VERDICT_GREEN = (0xD8, 0xF0, 0xDC)  # the "mix better" badge of the headline table
+LAYER1_GREEN = (0x1B, 0x9E, 0x77)  # figures.FAVOURED_COLORS["layer1"]: the layer panel's bars
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +88,8 @@ def test_report_figures_are_drawn_and_the_main_result_is_above_the_fold(chromium
     assert near(first_screen, VERDICT_GREEN) > 300, "the headline table is not on the first screen"
     figures = pixels[900:]
     assert near(figures, TRAINED_BLUE) > 20_000, "no trained-encoder bars drawn"
+    # the fake artifacts' chunk and deplabel are significantly better on layer 1: two wide bars
+    assert near(figures, LAYER1_GREEN) > 5_000, "the layer panel's bars are not drawn"
     assert distinct_colours(figures) > 2_000, "the figure area looks blank"
     assert non_white(figures) > 300_000
 

@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fixtures.report.fake_artifacts import (
+    FAMILIES,
     SEEDS,
     build_report,
     report_config,
+    report_data,
     write,
     write_pretraining,
     write_probe_runs,
@@ -23,7 +25,6 @@ from omegaconf import OmegaConf
 from elmolab.config import section
 from elmolab.errors import ElmolabError
 from elmolab.report import ReportConfig, gather, sections, tables, write_report
-from elmolab.report.build import ReportData, SignificanceConfig
 from elmolab.report.collect import (
     PerSentence,
     ProbeRun,
@@ -31,7 +32,6 @@ from elmolab.report.collect import (
     read_learning_curve_runs,
     read_probe_runs,
 )
-from elmolab.report.stats import compare_encoders, group_cells, learning_curve_cells
 
 ENCODERS = ("trained", "random", "token_only")
 N_SENTENCES = 60
@@ -169,27 +169,6 @@ def complete_report(tmp_path_factory) -> tuple[dict, Path]:
     return build_report(root, **{"polysemy.enabled": False})
 
 
-def _data(runs: list[ProbeRun], curve_runs: list[ProbeRun] = ()) -> ReportData:
-    """ReportData with what the tables read from the probe runs (no files)."""
-    cells = group_cells(runs)
-    curve_cells = learning_curve_cells(curve_runs, cells)
-    return ReportData(
-        title="t",
-        inputs=None,
-        cells=cells,
-        comparisons=[],
-        selectivity=[],
-        token_comparisons=compare_encoders(cells.values(), "trained", "token_only", 1000, 1),
-        curve_cells=curve_cells,
-        curve_comparisons=compare_encoders(curve_cells.values(), "trained", "token_only", 1000, 1),
-        polysemy=[],
-        polysemy_layers=[2],
-        params_yaml="",
-        version=None,
-        significance=SignificanceConfig(alpha=0.05, bootstrap_samples=1000),
-    )
-
-
 def _run(encoder: str, features: str, seed: int, correct: np.ndarray) -> ProbeRun:
     totals = _totals()
     accuracy = float(correct.sum() / totals.sum())
@@ -267,7 +246,7 @@ def test_a_run_on_all_the_data_must_have_fraction_one(tmp_path):
         read_probe_runs(tmp_path)
 
 
-def test_older_runs_without_fraction_count_as_all_the_data(tmp_path):
+def test_older_runs_without_fraction_count_as_all_thereport_data(tmp_path):
     path = write_run(tmp_path, "upos", "layer1", "trained", 1, "accuracy", _counts(0.9, 1))
     data = json.loads(path.read_text())
     del data["train_fraction"], data["n_train_sentences"]
@@ -294,7 +273,7 @@ def test_trained_vs_token_layer_is_significant_only_where_the_counts_differ():
             _run("token_only", "layer2", seed, base),
             _run("random", "layer1", seed, base // 2),
         ]
-    data = _data(runs)
+    data = report_data(runs)
     by_mode = {c.features: c for c in data.token_comparisons}
     assert list(by_mode) == ["layer0", "layer1", "layer2"]
     assert by_mode["layer0"].difference == 0 and by_mode["layer0"].p_value == 1.0
@@ -328,7 +307,7 @@ def test_without_sentence_counts_the_encoders_are_compared_over_seeds():
         for encoder, scores in (("trained", (0.80, 0.82, 0.81)), ("token_only", (0.70, 0.73, 0.7)))
         for seed, t in zip(SEEDS, scores, strict=True)
     ]
-    (comparison,) = _data(runs).token_comparisons
+    (comparison,) = report_data(runs).token_comparisons
     assert comparison.method == "paired t-test over 3 seeds"
     assert comparison.verdict(0.05) == "better"
 
@@ -339,7 +318,7 @@ def test_without_sentence_counts_the_encoders_are_compared_over_seeds():
 def test_learning_curve_table_has_each_size_and_the_marked_difference(tmp_path):
     probes = tmp_path / "probes"
     write_learning_curves(probes)
-    data = _data(read_probe_runs(probes), read_learning_curve_runs(probes))
+    data = report_data(read_probe_runs(probes), read_learning_curve_runs(probes))
     assert tables.learning_curve_fractions(data) == [0.01, 0.1, 1.0]
     assert [tables.fraction_text(x) for x in (0.01, 0.1, 1.0)] == ["1%", "10%", "100%"]
     rows = tables.learning_curve_table(data)
@@ -373,7 +352,7 @@ def test_learning_curves_need_no_full_run_and_no_token_layer(tmp_path):
     probes = tmp_path / "probes"
     for seed in SEEDS:
         write_run(probes, "chunk", "layer2", "trained", seed, "span_f1", _counts(0.5, seed), 0.1)
-    data = _data(read_probe_runs(probes), read_learning_curve_runs(probes))
+    data = report_data(read_probe_runs(probes), read_learning_curve_runs(probes))
     (row,) = tables.learning_curve_table(data)
     assert (row.label, len(row.values), data.curve_comparisons) == ("trained", 1, [])
 
@@ -383,7 +362,7 @@ def test_learning_curves_need_no_full_run_and_no_token_layer(tmp_path):
 
 def test_structural_table_has_uuas_and_dspr_per_mode_and_encoder(tmp_path):
     write_dependency_tasks(tmp_path)
-    data = _data(read_probe_runs(tmp_path))
+    data = report_data(read_probe_runs(tmp_path))
     rows = tables.structural_table(data)
     assert [(r.features, r.encoder) for r in rows] == [
         (mode, encoder) for mode in STRUCTURAL_UUAS for encoder in ENCODERS
@@ -405,7 +384,7 @@ def test_the_report_shows_three_encoders_and_the_new_sections(complete_report):
     page = (out / "index.html").read_text(encoding="utf-8")
     for anchor in ("trained-vs-token-layer", "learning-curves", "structural-probe"):
         assert f'id="{anchor}"' in page and f'href="#{anchor}"' in page
-    assert page.count('src="data:image/png;base64,') == 6
+    assert page.count('src="data:image/png;base64,') == 7  # the layer panel's included
     assert 'alt="probe learning curves"' in page
     assert (out / "figures" / "probe_learning_curves.png").read_bytes()[:4] == b"\x89PNG"
     main_result = page[page.index('id="main-result"') : page.index('id="pretraining"')]
@@ -465,14 +444,16 @@ def test_html_and_markdown_render_every_table_of_one_model(tmp_path):
     write_complete_artifacts(tmp_path)
     cfg = report_config(tmp_path, **{"polysemy.enabled": False})
     config = section(cfg, "report", ReportConfig)
-    data = gather(config, "test report", OmegaConf.to_yaml(cfg), seed=1, cwd=tmp_path)
+    data = gather(
+        config, "test report", OmegaConf.to_yaml(cfg), seed=1, cwd=tmp_path, families=FAMILIES
+    )
     out = tmp_path / "artifacts" / "report"
     write_report(data, config, out)
     page = html.unescape((out / "index.html").read_text(encoding="utf-8"))
     markdown = (out / "summary.md").read_text(encoding="utf-8").splitlines()
     built = sections.Sections.of(data)
     present = [t for t in vars(built).values() if isinstance(t, sections.Table)]
-    assert len(present) == 7  # every section of the complete fixture has its table
+    assert len(present) == 8  # every section of the complete fixture has its table
     for table in present:
         header = "| " + " | ".join(
             c.title + (f" ({c.detail})" if c.detail else "") for c in table.columns

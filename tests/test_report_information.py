@@ -11,7 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import expect_error
-from fixtures.report.fake_artifacts import build_report, report_config, write, write_pretraining
+from fixtures.report.fake_artifacts import (
+    FAMILIES,
+    build_report,
+    report_config,
+    write,
+    write_pretraining,
+)
 from omegaconf import OmegaConf
 from scipy import stats as scipy_stats
 
@@ -209,7 +215,12 @@ def _build(root: Path):
     overrides = {"polysemy.enabled": False, "significance.bootstrap_samples": SAMPLES}
     cfg = report_config(root, **overrides)
     data = gather(
-        section(cfg, "report", ReportConfig), "t", OmegaConf.to_yaml(cfg), seed=1, cwd=root
+        section(cfg, "report", ReportConfig),
+        "t",
+        OmegaConf.to_yaml(cfg),
+        seed=1,
+        cwd=root,
+        families=FAMILIES,
     )
     summary, out = build_report(root, **overrides)
     return data, summary, out

@@ -5,7 +5,9 @@ import torch
 
 from elmolab.errors import ElmolabError
 from elmolab.probing.wsd import (
+    first_sense_keys,
     fit_sense_centroids,
+    per_sentence_counts,
     predict_senses,
     score_senses,
     wsd_vectors,
@@ -83,3 +85,25 @@ def test_1nn_with_back_off_answers_everything() -> None:
 def test_learned_mix_does_not_apply() -> None:
     with pytest.raises(ElmolabError, match="scalar_mix does not apply"):
         wsd_vectors(torch.zeros(3, 1, 2), "scalar_mix")
+
+
+def test_first_sense_baseline_scores_wordnets_sense_1_on_the_same_instances() -> None:
+    financial, river, _ = CANDIDATES[BANK]
+    lemma_pos = [BANK, BANK, ("run", "VERB"), ("sing", "VERB")]
+    gold = [{financial}, {river}, {"run%2:38:00::", "run%2:38:04::"}, {"sing%2:36:00::"}]
+    keys = first_sense_keys(lemma_pos, FIRST_SENSE)
+    assert keys == [financial, financial, "run%2:38:00::", None]  # sing: not in WordNet
+    scores = score_senses(keys, gold)
+    # 2 correct (bank 1, run: any gold key counts) of 3 answered, 4 instances
+    assert (scores.correct, scores.answered, scores.total) == (2, 3, 4)
+    assert scores.f1 == pytest.approx(2 * (2 / 3) * (2 / 4) / (2 / 3 + 2 / 4))
+
+
+def test_per_sentence_counts_split_the_instances_by_sentence() -> None:
+    predicted = ["a", "x", None, "d", "e"]
+    gold = [{"a"}, {"b"}, {"c"}, {"d"}, {"e", "f"}]
+    correct, total = per_sentence_counts(predicted, gold, [2, 0, 1, 2])
+    assert (correct, total) == ([1, 0, 0, 2], [2, 0, 1, 2])
+    assert sum(correct) / sum(total) == score_senses(predicted, gold).recall
+    with pytest.raises(ValueError, match="5 predictions"):
+        per_sentence_counts(predicted, gold, [2, 2])

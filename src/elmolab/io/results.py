@@ -21,6 +21,12 @@ history, wall_seconds``), the mix (``mix_weights, gamma``), the split sizes (``n
 ..., ``n_train_sentences``), further scores as ``dev_<name>``/``test_<name>`` and, for counted
 metrics, ``per_sentence_test`` ``{correct, total}`` (the report's paired bootstrap).
 
+WSD 1-NN adds WordNet's first-sense baseline on the same instances (``dev_first_sense``,
+``test_first_sense``: F1, the same in each of its files) and counts, as ``per_sentence_test``,
+correct instances of each test sentence (recall's counts). A sentence task adds its majority-class
+baseline (``dev_majority_baseline``, ``test_majority_baseline``: the accuracy of the most frequent
+training label, a fraction like every accuracy). The report shows both beside the task's score.
+
 Tasks that measure information (a token task with ``conditional`` or ``mdl`` set) add, to every run
 on all the training data, its cross-entropy in bits per token with the best dev state
 (``dev_bits``, ``test_bits``) and each test sentence's summed bits (``per_sentence_test_bits``;
@@ -65,6 +71,9 @@ CURVE_REQUIRED = CURVE_COLUMNS[:6]  # what the report reads (curves from before 
 SEED_PREFIX = "seed"
 FRACTION_PREFIX = "fraction_"
 ONLINE_CODE_FILE = "online_code.json"
+# Baselines that read no features, beside a task's score as dev_<name> and test_<name>.
+FIRST_SENSE = "first_sense"  # WSD: WordNet's first sense of every instance
+MAJORITY_BASELINE = "majority_baseline"  # sentence tasks: the most frequent training label
 # Conditional probing: the baseline the other modes are conditioned on, and the modes that join it.
 CONDITIONAL_BASE = "layer0"
 CONDITIONAL_MODES = ("layer1", "layer2", "scalar_mix")

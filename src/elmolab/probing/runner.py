@@ -25,7 +25,9 @@ its accuracy on dev and test, the score of a probe that always predicts it, and 
 per sentence, as ``n_*_tokens``). The
 online code and conditional probing (Voita and Titov 2020; Hewitt et al. 2021) are
 ``elmolab.io.results``'s to define. WSD writes F1 on the test
-set (``dev``: on the dev set) with precision, recall and the back-off count; the learned
+set (``dev``: on the dev set) with precision, recall, the back-off count, per-sentence counts of
+correct instances (``per_sentence_test``) and WordNet's first-sense baseline on the same
+instances (``dev_first_sense``/``test_first_sense``, F1; the same in every file); the learned
 ``scalar_mix`` does not apply to 1-NN, so its folder holds ``{"applicable": false, ...}``. The
 whole cell appears at once, or not at all.
 """
@@ -57,6 +59,7 @@ from elmolab.fsutil import atomic_dir, write_json
 from elmolab.io.features import feature_path, summary_path
 from elmolab.io.results import (
     CONDITIONAL_MODES,
+    FIRST_SENSE,
     METRICS_FILE,
     ONLINE_CODE_FILE,
     PREDICTIONS_FILE,
@@ -71,6 +74,7 @@ from elmolab.probing.datasets import (
     standardize_layers,
 )
 from elmolab.probing.engine import (
+    EVAL_ROLES,
     Head,
     ProbeResult,
     ProbeSettings,
@@ -94,7 +98,9 @@ from elmolab.probing.tasks import (
 )
 from elmolab.probing.wsd import (
     SensePrediction,
+    first_sense_keys,
     fit_sense_centroids,
+    per_sentence_counts,
     predict_senses,
     score_senses,
     wsd_vectors,
@@ -781,9 +787,13 @@ def _wsd_cell(
     wordnet = read_wordnet_sense_index(task.wordnet)
     sources = task_sources(task, data, wordnet)
     train_keys = [i.sense_keys for s in sources["train"].wsd_sentences() for i in s.instances]
-    instances = {
-        role: [i for s in sources[role].wsd_sentences() for i in s.instances]
-        for role in ("dev", "test")
+    evaluation = {role: _WsdSplit.of(sources[role].wsd_sentences(), wordnet) for role in EVAL_ROLES}
+    # The first-sense baseline reads no features: one score per split for every mode and encoder.
+    first_sense = {
+        f"{role}_{FIRST_SENSE}": score_senses(
+            first_sense_keys(split.lemma_pos, split.first_sense), split.gold
+        ).f1
+        for role, split in evaluation.items()
     }
     for encoder in settings.encoders:
         encoder_dir = Path(settings.features_dir) / encoder
@@ -794,30 +804,56 @@ def _wsd_cell(
         for mode in frozen:
             fields = {"task": task.name, "features": mode, "encoder": encoder, "seed": None}
             with start_run(fields) as run:
-                metrics, predictions = _wsd_scores(
-                    fields, layers, mode, train_keys, instances, wordnet
-                )
+                metrics, predictions = _wsd_scores(fields, layers, mode, train_keys, evaluation)
                 run.summarize(
                     {
                         metric_key("val", WSD_METRIC): metrics["dev"],
                         metric_key("test", WSD_METRIC): metrics["test"],
                     }
                 )
+            metrics.update(first_sense)
             write_json(out / mode / encoder / METRICS_FILE, metrics)
             if settings.save_predictions:
-                ids = [i.instance_id for i in instances["test"]]
+                ids = [i.instance_id for i in evaluation["test"].instances]
                 lines = map(_wsd_line, ids, predictions)
                 _write_lines(out / mode / encoder / PREDICTIONS_FILE, lines)
             log.info(
-                "%s/%s/%s: dev F1 %.4f, test F1 %.4f",
+                "%s/%s/%s: dev F1 %.4f, test F1 %.4f (first sense %.4f)",
                 task.name,
                 mode,
                 encoder,
                 metrics["dev"],
                 metrics["test"],
+                first_sense[f"test_{FIRST_SENSE}"],
             )
             results.append(metrics)
     return results
+
+
+@dataclass(frozen=True)
+class _WsdSplit:
+    """A WSD evaluation split: its instances in sentence order and what WordNet says of them."""
+
+    instances: list[Any]
+    sentence_sizes: list[int]  # instances per sentence
+    lemma_pos: list[tuple[str, str]]  # per instance
+    gold: list[Any]  # per instance: its gold sense keys
+    candidates: dict[tuple[str, str], list[str]]  # (lemma, pos) -> WordNet's sense keys
+    first_sense: dict[tuple[str, str], str]  # (lemma, pos) -> WordNet's sense 1, where it has one
+
+    @classmethod
+    def of(cls, sentences: Sequence[Any], wordnet: Any) -> _WsdSplit:
+        instances = [i for s in sentences for i in s.instances]
+        lemma_pos = [(i.lemma.lower(), i.pos) for i in instances]
+        words = set(lemma_pos)
+        return cls(
+            instances,
+            [len(s.instances) for s in sentences],
+            lemma_pos,
+            [i.sense_keys for i in instances],
+            {word: wordnet.senses(*word) for word in words},
+            {w: k for w in words if (k := wordnet.first_sense(*w)) is not None},
+        )
 
 
 def _wsd_scores(
@@ -825,24 +861,24 @@ def _wsd_scores(
     layers: dict[str, torch.Tensor],
     mode: str,
     train_keys: list,
-    instances: dict[str, list],
-    wordnet: Any,
+    evaluation: dict[str, _WsdSplit],
 ) -> tuple[dict[str, Any], list[SensePrediction]]:
     """One mode's sense centroids, dev and test predictions, and metrics.json content."""
     centroids = fit_sense_centroids(wsd_vectors(layers["train"], mode), train_keys)
     scores, predictions = {}, {}
-    for role in ("dev", "test"):
-        lemma_pos = [(i.lemma.lower(), i.pos) for i in instances[role]]
+    for role, split in evaluation.items():
         predictions[role] = predict_senses(
             centroids,
             wsd_vectors(layers[role], mode),
-            lemma_pos,
-            {word: wordnet.senses(*word) for word in set(lemma_pos)},
-            {w: k for w in set(lemma_pos) if (k := wordnet.first_sense(*w)) is not None},
+            split.lemma_pos,
+            split.candidates,
+            split.first_sense,
         )
-        scores[role] = score_senses(
-            [p.key for p in predictions[role]], [i.sense_keys for i in instances[role]]
-        )
+        scores[role] = score_senses([p.key for p in predictions[role]], split.gold)
+    test = evaluation["test"]
+    correct, total = per_sentence_counts(
+        [p.key for p in predictions["test"]], test.gold, test.sentence_sizes
+    )
     metrics = {
         **fields,
         "metric": WSD_METRIC,
@@ -858,7 +894,8 @@ def _wsd_scores(
         "n_senses": len(centroids.rows),
         "n_dev_instances": scores["dev"].total,
         "n_test_instances": scores["test"].total,
-        "per_sentence_test": None,
+        # correct instances / instances per test sentence: recall's counts (the paired bootstrap)
+        "per_sentence_test": {"correct": correct, "total": total},
     }
     return metrics, predictions["test"]
 

@@ -8,6 +8,9 @@
 3. When no candidate has a centroid, the instance backs off to the WordNet first sense; with no
    first sense either it stays unanswered.
 
+The baseline beside it reads no features: every instance gets its WordNet first sense
+(:func:`first_sense_keys`), scored the same way on the same instances.
+
 Scoring follows Raganato et al. (2017): ``P = correct / answered``, ``R = correct / total``,
 ``F1 = 2 P R / (P + R)``; a prediction is correct if it is any of the instance's gold keys. With the
 back-off every instance that WordNet knows is answered, so usually ``P = R = F1``.
@@ -113,6 +116,13 @@ def predict_senses(
     return predictions
 
 
+def first_sense_keys(
+    lemma_pos: Sequence[LemmaPos], first_sense: Mapping[LemmaPos, str]
+) -> list[str | None]:
+    """The first-sense baseline: each instance's WordNet sense 1 (None: WordNet has none)."""
+    return [first_sense.get(word) for word in lemma_pos]
+
+
 @dataclass(frozen=True)
 class WsdScores:
     precision: float  # correct / answered
@@ -135,3 +145,22 @@ def score_senses(predicted: Sequence[str | None], gold: Sequence[Collection[str]
     recall = correct / len(gold) if gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if correct else 0.0
     return WsdScores(precision, recall, f1, correct, answered, len(gold))
+
+
+def per_sentence_counts(
+    predicted: Sequence[str | None], gold: Sequence[Collection[str]], sentence_sizes: Sequence[int]
+) -> tuple[list[int], list[int]]:
+    """Correct predictions and instances per sentence, for the report's paired bootstrap.
+
+    ``sentence_sizes[s]`` is the number of instances of sentence ``s``; the instances are in
+    sentence order. ``sum(correct) / sum(total)`` is the recall (F1 when every instance is
+    answered).
+    """
+    if sum(sentence_sizes) != len(predicted) or len(predicted) != len(gold):
+        raise ValueError(
+            f"{len(predicted)} predictions, {len(gold)} gold instances, "
+            f"{sum(sentence_sizes)} instances in the sentences"
+        )
+    hits = iter(key is not None and key in keys for key, keys in zip(predicted, gold, strict=True))
+    correct = [sum(next(hits) for _ in range(size)) for size in sentence_sizes]
+    return correct, list(sentence_sizes)

@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import logging
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from elmolab.errors import ElmolabError
 from elmolab.fsutil import atomic_dir, write_json
-from elmolab.report import figures, writers
+from elmolab.report import figures, tables, writers
 from elmolab.report.collect import (
     CONTROL_SUFFIX,
+    LAYER_PANEL,
     MAIN_ENCODER,
     SCALAR_MIX,
     TOKEN_LAYER_ENCODER,
@@ -41,10 +44,12 @@ from elmolab.report.stats import (
     Cell,
     Comparison,
     EncoderComparison,
+    LayerGap,
     Selectivity,
     compare_encoders,
     compare_mix_to_best_layer,
     group_cells,
+    layer_gaps,
     learning_curve_cells,
     selectivities,
 )
@@ -118,6 +123,10 @@ class ReportData:
     online_codes: dict[tuple[str, str, str], CodeCell] = field(default_factory=dict)
     conditional_cells: dict[tuple[str, str, str], Cell] = field(default_factory=dict)
     gains: list[Gain] = field(default_factory=list)
+    # The layer panel: each task's family (grid.tasks.<task>.family), and layer 2 minus layer 1
+    # per task and encoder.
+    families: dict[str, str] = field(default_factory=dict)
+    layer_gaps: list[LayerGap] = field(default_factory=list)
 
     @property
     def tasks(self) -> list[str]:
@@ -151,8 +160,19 @@ def _git(cwd: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
-def gather(config: ReportConfig, title: str, params_yaml: str, seed: int, cwd: Path) -> ReportData:
-    """Read the inputs and compute the statistics and the polysemy table."""
+def gather(
+    config: ReportConfig,
+    title: str,
+    params_yaml: str,
+    seed: int,
+    cwd: Path,
+    families: Mapping[str, str | None],
+) -> ReportData:
+    """Read the inputs and compute the statistics and the polysemy table.
+
+    ``families`` gives each task's family (``grid.tasks.<task>.family``: syntactic, semantic);
+    a task with results but no family is an error (the layer panel groups tasks by it).
+    """
     inputs = collect(
         Path(config.inputs.bilm),
         Path(config.inputs.bilm_random),
@@ -165,6 +185,7 @@ def gather(config: ReportConfig, title: str, params_yaml: str, seed: int, cwd: P
     comparisons = compare_mix_to_best_layer(cells, samples, seed)
     conditional_cells = group_cells(inputs.conditional)
     polysemy = _polysemy(config, inputs.missing) if config.polysemy.enabled else []
+    lower, upper = LAYER_PANEL
     return ReportData(
         title=title,
         inputs=inputs,
@@ -186,7 +207,25 @@ def gather(config: ReportConfig, title: str, params_yaml: str, seed: int, cwd: P
         online_codes=online_code_cells(inputs.online_codes),
         conditional_cells=conditional_cells,
         gains=conditional_gains(cells, conditional_cells, samples, seed),
+        families=task_families(cells, families),
+        layer_gaps=layer_gaps(cells, lower, upper, samples, seed),
     )
+
+
+def task_families(
+    cells: Mapping[tuple[str, str, str], Cell], families: Mapping[str, str | None]
+) -> dict[str, str]:
+    """The family of every task with results (control tasks excluded), or an error naming the
+    first task without one."""
+    tasks = dict.fromkeys(t for t, _, _ in cells if not t.endswith(CONTROL_SUFFIX))
+    for task in tasks:
+        if not families.get(task):
+            raise ElmolabError(
+                f"grid.tasks.{task}.family: task {task!r} has probe results but no family "
+                f"(syntactic or semantic, set in conf/task/{task}.yaml): the report's layer "
+                "panel groups tasks by family"
+            )
+    return {task: str(families[task]) for task in tasks}
 
 
 def _polysemy(config: ReportConfig, missing: list[str]) -> list[WordNeighbours]:
@@ -244,6 +283,8 @@ def _figures(data: ReportData) -> list[tuple[str, Figure]]:
     if trained is not None and trained.curve is not None:
         drawn.append(("pretraining_curves", figures.learning_curves(trained)))
     tasks, encoders = data.tasks, data.encoders
+    if data.layer_gaps:
+        drawn.append(("layer_panel", _layer_panel(data)))
     if tasks:
         drawn.append(("probes_by_task", figures.probe_bars(data.cells, tasks, encoders)))
         drawn.append(("task_feature_heatmap", figures.heatmap(data.cells, tasks, encoders)))
@@ -265,3 +306,23 @@ def _figures(data: ReportData) -> list[tuple[str, Figure]]:
     if data.gains:
         drawn.append(("conditional_probing", figures.conditional_bars(data.gains)))
     return drawn
+
+
+def _layer_panel(data: ReportData) -> Figure:
+    """The layer panel's figure: every task's layer 2 - layer 1, mix and paper reference."""
+    panel = tables.panel_tasks(data)
+    shown = {task for _, task in panel}
+    gravity = {
+        task: mix.gravity for task in shown if (mix := tables.mix_summary(data, task)) is not None
+    }
+    paper = {
+        task: two - one for task, (_, one, two) in tables.PAPER_LAYERS.items() if task in shown
+    }
+    return figures.layer_panel(
+        panel,
+        data.layer_gaps,
+        gravity,
+        paper,
+        tables.main_encoder(data),
+        data.significance.alpha,
+    )

@@ -74,6 +74,9 @@ ENCODER_SHORT_LABELS = {  # where space is tight
 STRUCTURAL_TASK = "structural"  # the Hewitt and Manning (2019) structural probe
 SINGLE_LAYERS = ("layer0", "layer1", "layer2")
 SCALAR_MIX = "scalar_mix"
+# The layer panel: the upper biLSTM layer against the lower one (ELMo: syntax low, semantics high).
+LAYER_PANEL = ("layer1", "layer2")
+FAMILY_ORDER = ("syntactic", "semantic")  # the panel's groups; other families follow, sorted
 CONTROL_SUFFIX = "_control"  # task "x_control" is the control task of task "x"
 CONDITIONAL_PREFIX = conditional_features("")  # "layer0+": layer 0 beside another mode
 # A run's cross-entropy in bits per token, in ProbeRun.extra (tasks that measure information).

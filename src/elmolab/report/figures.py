@@ -27,7 +27,7 @@ from elmolab.report.collect import (
     ordered,
 )
 from elmolab.report.information import CodeCell, Gain, conditional_label
-from elmolab.report.stats import Cell, Selectivity
+from elmolab.report.stats import Cell, LayerGap, Selectivity
 
 ENCODER_COLORS = {"trained": "#1f5fa8", "random": "#a0a0a0", "token_only": "#e08a2c"}
 OTHER_COLOR = "#6a3d9a"
@@ -46,6 +46,13 @@ OTHER_STYLE = ("x", "-")
 CURVE_DODGE = 0.025
 CURVE_SPREAD = 0.2
 BAR_GROUP_WIDTH = 0.8  # of one feature mode's bars together, in x units
+# The layer panel: a bar's colour says which layer is significantly better, if either.
+FAVOURED_COLORS = {"layer1": "#1b9e77", "layer2": "#7b3294", None: "#c4c4c4"}
+FAVOURED_LABELS = {
+    "layer1": "layer 1 significantly better",
+    "layer2": "layer 2 significantly better",
+    None: "no significant difference",
+}
 CURVES = {  # curve.csv column: (label, colour, line width)
     "val_ppl": ("mean of both directions", "#1f5fa8", 2.4),
     "val_ppl_fwd": ("forward LM", "#d95f02", 1.2),
@@ -489,4 +496,112 @@ def conditional_bars(gains: list[Gain]) -> Figure:
             title=f"{task}: information beyond layer 0",
         )
     _encoder_legend_on_top(figure, encoders)
+    return figure
+
+
+def layer_panel(
+    tasks: list[tuple[str, str]],
+    gaps: list[LayerGap],
+    gravity: dict[str, np.ndarray],
+    paper: dict[str, float],
+    main: str,
+    alpha: float,
+) -> Figure:
+    """What each layer encodes, a row per task grouped by family (``tasks``: (family, task)).
+
+    Left: layer 2 minus layer 1 of the ``main`` encoder (bar: mean over seeds, error bar: one
+    standard deviation of the per-seed differences; colour: which layer is significantly better
+    at ``alpha``), the other encoders' as markers, the ELMo paper's (``paper``, task ->
+    difference) as a star. Right: the centre of gravity of the main encoder's scalar mix
+    (``gravity``, task -> per-seed values), 0 = the token layer.
+    """
+    by_key = {(g.task, g.encoder): g for g in gaps}
+    others = ordered({g.encoder for g in gaps} - {main}, ENCODER_ORDER)
+    y_of: dict[str, float] = {}  # task -> its row; a family's header row above its tasks
+    headers: dict[str, float] = {}
+    y = 0.0
+    for family in dict.fromkeys(family for family, _ in tasks):
+        headers[family] = y
+        y += 1
+        for _, task in (row for row in tasks if row[0] == family):
+            y_of[task] = y
+            y += 1
+    figure = Figure(figsize=(10.5, 0.42 * y + 1.7), layout="constrained")
+    bars, centre = figure.subplots(1, 2, sharey=True, width_ratios=[3.2, 1])
+    for task, row in y_of.items():
+        gap = by_key.get((task, main))
+        if gap is not None:
+            std = 0.0 if math.isnan(gap.std) else 100 * gap.std
+            bars.barh(
+                row,
+                100 * gap.difference,
+                0.62,
+                xerr=std if std else None,
+                capsize=2,
+                color=FAVOURED_COLORS[gap.favoured(alpha)],
+            )
+            mark = "*" if gap.significant(alpha) else ""
+            end = 100 * gap.difference + (std if gap.difference >= 0 else -std)
+            bars.text(
+                end,
+                row,
+                f" {100 * gap.difference:+.2f}{mark} ",
+                va="center",
+                ha="left" if gap.difference >= 0 else "right",
+                fontsize=8,
+            )
+        for k, encoder in enumerate(others):
+            other = by_key.get((task, encoder))
+            if other is not None:
+                offset = 0.22 * (k - (len(others) - 1) / 2)
+                bars.plot(
+                    100 * other.difference,
+                    row + offset,
+                    "D",
+                    color=encoder_color(encoder),
+                    markersize=5,
+                    markeredgecolor="black",
+                    markeredgewidth=0.5,
+                )
+        if task in paper:
+            bars.plot(100 * paper[task], row, "*", color="black", markersize=11)
+        values = gravity.get(task)
+        if values is None:
+            centre.text(1.0, row, "no mix (1-NN)", ha="center", va="center", fontsize=8)
+        else:
+            spread = float(values.std(ddof=1)) if len(values) > 1 else None
+            centre.errorbar(
+                float(values.mean()), row, xerr=spread, fmt="o", color="black", capsize=2
+            )
+            centre.text(
+                float(values.mean()), row - 0.32, f"{values.mean():.2f}", ha="center", fontsize=7
+            )
+    labels = {**{row: task for task, row in y_of.items()}, **{r: f for f, r in headers.items()}}
+    bars.set_yticks(sorted(labels), [labels[r] for r in sorted(labels)], fontsize=9)
+    for tick, row in zip(bars.get_yticklabels(), sorted(labels), strict=True):
+        if row in headers.values():
+            tick.set_fontweight("bold")
+            tick.set_fontsize(10)
+    bars.invert_yaxis()
+    bars.axvline(0.0, color="black", linewidth=0.8)
+    bars.set_xlabel("layer 2 − layer 1, test score points   (← layer 1 better | layer 2 better →)")
+    bars.set_title(f"{encoder_label(main)}: layer 2 minus layer 1", fontsize=11)
+    _tidy(bars, "x")
+    bars.margins(x=0.18)
+    centre.axvline(1.0, color="#888888", linestyle="--", linewidth=0.8)
+    centre.set_xlim(-0.1, 2.1)
+    centre.set_xticks([0, 1, 2], ["0\n(token)", "1", "2"], fontsize=8)
+    centre.set_title("scalar mix: centre of gravity Σ j·s_j", fontsize=10)
+    _tidy(centre, "x")
+    handles = [Rectangle((0, 0), 1, 1, color=c) for c in FAVOURED_COLORS.values()]
+    names = list(FAVOURED_LABELS.values())
+    for encoder in others:
+        handles.append(
+            Line2D([], [], marker="D", linestyle="", color=encoder_color(encoder), markersize=5)
+        )
+        names.append(f"{encoder_label(encoder)}: layer 2 − layer 1")
+    if paper:
+        handles.append(Line2D([], [], marker="*", linestyle="", color="black", markersize=10))
+        names.append("ELMo paper")
+    figure.legend(handles, names, loc="outside upper center", ncol=3, frameon=False, fontsize=8)
     return figure

@@ -109,6 +109,9 @@ def headline(data: ReportData) -> Table | None:
             Column(f"{label} encoder", "best layer · mix"),
             Column(f"trained − {label}", "best layers"),
         ]
+    no_features = any(r.no_features for r in rows)
+    if no_features:
+        columns.append(Column("baseline without features", "same test set"))
     cells = [
         [
             TableCell(r.task, bold=True, detail=r.metric),
@@ -121,12 +124,76 @@ def headline(data: ReportData) -> Table | None:
                 for b in r.baselines
                 for cell in (_number(f"{b.best} · {b.mix}"), _number(b.gain))
             ),
+            *([_number(r.no_features)] if no_features else []),
         ]
         for r in rows
     ]
     method = SIGNIFICANCE_METHOD.format(alpha=data.significance.alpha)
     note = f"Test scores in %, mean ± std over seeds. {method}"
     return Table(columns, cells, [False] * len(cells), note=note)
+
+
+LAYER_METHOD = (
+    "Layer 2 minus layer 1 (the two biLSTM layers), test set, in points; mean ± std of the"
+    " per-seed differences. p: a paired bootstrap over test sentences when per-sentence counts"
+    " exist (accuracy tasks; WSD: correct instances), else a paired t-test over seeds;"
+    " two-sided, significant when p < {alpha} (*: significant). Mix: the learned scalar mix's"
+    " weights after softmax for layers 0 · 1 · 2 (mean over seeds) and their centre of gravity"
+    " Σ j·s_j (Tenney et al. 2019; 0 = the token layer), mean ± std over seeds; WSD 1-NN learns"
+    " no mix."
+)
+
+
+def layers(data: ReportData) -> Table | None:
+    """The layer panel: per task, grouped by family, what layer 2 adds to layer 1 on the trained
+    biLM (with its test), where its scalar mix puts its weight, the baseline encoders' layer 2
+    minus layer 1, and the ELMo paper's numbers."""
+    rows = tables.layer_panel(data)
+    if not rows:
+        return None
+    main = tables.main_encoder(data)
+    baselines = tables.baseline_encoders(data)
+    columns = _columns(
+        "family",
+        "task",
+        ("layer 1 · layer 2", encoder_label(main, short=True)),
+        ("layer 2 − layer 1", encoder_label(main, short=True)),
+        "p",
+        "verdict",
+        ("mix weights", "layers 0 · 1 · 2"),
+        ("centre of gravity", "Σ j·s_j"),
+        *(("layer 2 − layer 1", encoder_label(e, short=True)) for e in baselines),
+        ("ELMo paper", "layer 1 · layer 2"),
+    )
+    starts = _starts([r.family for r in rows])
+    cells = [
+        [
+            TableCell(r.family if start else "", bold=True),  # once per family
+            TableCell(r.task, detail=r.metric),
+            _number(r.layers),
+            _number(r.difference),
+            _number(r.p_value, r.method),
+            TableCell(r.verdict, badge=r.verdict_class, hover=r.method),
+            _number(r.weights),
+            _number(r.gravity),
+            *(_number(v, h) for v, h in zip(r.baselines, r.baseline_hovers, strict=True)),
+            _number(r.paper, r.paper_hover),
+        ]
+        for r, start in zip(rows, starts, strict=True)
+    ]
+    references = "; ".join(
+        f"{task}: {what}, layer 1 {100 * one:.1f}, layer 2 {100 * two:.1f}"
+        for task, (what, one, two) in tables.PAPER_LAYERS.items()
+    )
+    return Table(
+        columns,
+        cells,
+        starts,
+        note_before="What each layer encodes: per task, the second biLSTM layer against the"
+        " first (the ELMo paper: syntax is better in layer 1, word sense in layer 2).",
+        note=f"{LAYER_METHOD.format(alpha=data.significance.alpha)} ELMo paper (Peters et al."
+        f" 2018, the original 5.5B-token model): {references}.",
+    )
 
 
 def pretraining(data: ReportData) -> Table:
@@ -356,6 +423,8 @@ class Sections:
 
     findings: list[str]
     headline: Table | None
+    layers: Table | None
+    layer_findings: list[str]  # a sentence per task family
     pretraining: Table
     token_layer: Table | None
     curves: Table | None
@@ -372,6 +441,8 @@ class Sections:
         return cls(
             findings=tables.findings(data),
             headline=headline(data),
+            layers=layers(data),
+            layer_findings=tables.family_findings(data),
             pretraining=pretraining(data),
             token_layer=trained_vs_token_layer(data),
             curves=learning_curves(data),

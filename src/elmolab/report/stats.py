@@ -184,6 +184,38 @@ class EncoderComparison(_Tested):
 
 
 @dataclass(frozen=True)
+class LayerGap(_Tested):
+    """The upper biLSTM layer minus the lower one (layer 2 - layer 1) on one task and encoder,
+    test set, paired by seed: what the second layer adds to, or loses from, the first."""
+
+    task: str
+    encoder: str
+    lower: Cell  # layer 1's runs
+    upper: Cell  # layer 2's runs
+    values: tuple[float, ...]  # per seed both layers have: upper - lower
+    difference: float  # mean of values
+    p_value: float | None
+    method: str  # how p_value was computed, or why there is none
+
+    @property
+    def std(self) -> float:
+        """Sample standard deviation of the per-seed differences; nan for fewer than 2."""
+        return float(np.std(self.values, ddof=1)) if len(self.values) > 1 else math.nan
+
+    def favoured(self, alpha: float) -> str | None:
+        """The layer (``lower.features`` or ``upper.features``) significantly better at
+        ``alpha``; None when neither is, or the difference is not testable."""
+        if not self.significant(alpha):
+            return None
+        return self.upper.features if self.difference > 0 else self.lower.features
+
+    def verdict(self, alpha: float) -> str:
+        return self._verdict(
+            alpha, f"{self.upper.features} better", f"{self.lower.features} better"
+        )
+
+
+@dataclass(frozen=True)
 class Selectivity:
     """Task accuracy minus control-task accuracy, paired by seed (Hewitt and Liang 2019)."""
 
@@ -277,6 +309,40 @@ def compare_mix_to_best_layer(
             Comparison(task, encoder, best, mix, mix.mean - best.mean, p_value, method)
         )
     return comparisons
+
+
+def layer_gaps(
+    cells: Mapping[tuple[str, str, str], Cell],
+    lower: str,
+    upper: str,
+    bootstrap_samples: int,
+    seed: int,
+) -> list[LayerGap]:
+    """``upper`` minus ``lower`` (feature modes, e.g. layer2 and layer1) for every task (control
+    tasks excluded) and encoder where both have applicable runs of a common seed, in the order of
+    ``cells``; tested as the other paired comparisons (:func:`paired_test`)."""
+    gaps = []
+    for task, mode, encoder in cells:
+        a, b = cells[task, mode, encoder], cells.get((task, upper, encoder))
+        if mode != lower or b is None or task.endswith(CONTROL_SUFFIX):
+            continue
+        by_seed = {run.seed: run.test for run in a.runs if run.test is not None}
+        values = tuple(
+            run.test - by_seed[run.seed]
+            for run in b.runs
+            if run.test is not None and run.seed in by_seed
+        )
+        if not values:
+            continue
+        p_value, method = paired_test(a.runs, b.runs, bootstrap_samples, seed)
+        gaps.append(LayerGap(task, encoder, a, b, values, float(np.mean(values)), p_value, method))
+    return gaps
+
+
+def centre_of_gravity(weights: np.ndarray) -> float:
+    """Tenney et al. (2019)'s centre of gravity ``sum_j j * s_j`` of scalar-mix weights ``s``
+    (layers,), which sum to 1: the layer the mix draws on, on average (0 = the token layer)."""
+    return float(np.arange(len(weights)) @ weights)
 
 
 def paired_test(

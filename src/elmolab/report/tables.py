@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from elmolab.io.results import FIRST_SENSE, MAJORITY_BASELINE
 from elmolab.report.collect import (
     CONTROL_SUFFIX,
     ENCODER_ORDER,
+    FAMILY_ORDER,
     FEATURE_ORDER,
     MAIN_ENCODER,
     SCALAR_MIX,
@@ -28,18 +30,25 @@ from elmolab.report.information import (
     conditional_label,
     measure_times,
 )
-from elmolab.report.stats import Cell, Comparison, EncoderComparison
+from elmolab.report.stats import (
+    Cell,
+    Comparison,
+    EncoderComparison,
+    LayerGap,
+    centre_of_gravity,
+)
 
 if TYPE_CHECKING:
     from elmolab.report.build import ReportData
 
-# A layer order counts as a tie when the two means differ by no more than the larger standard
-# deviation over seeds, or than this (a tenth of a point) for methods without seeds.
-TIE_MARGIN = 0.001
-PAPER_LAYER_ORDERS = {  # task: (better layer, worse layer, the paper's numbers)
-    "upos": ("layer1", "layer2", "POS 97.3 vs 96.8"),
-    "wsd": ("layer2", "layer1", "WSD F1 69.0 vs 67.4"),
+# The ELMo paper's layer 1 and layer 2 on the tasks it probed per layer (Peters et al. 2018,
+# Tables 5 and 6): the reference beside the layer panel.
+PAPER_LAYERS = {  # task: (what the paper measured, layer 1, layer 2)
+    "upos": ("POS, linear probe, accuracy", 0.973, 0.968),
+    "wsd": ("WSD, 1-NN, F1", 0.674, 0.690),
 }
+# Scores of a baseline that reads no features (elmolab.io.results), shown beside a task's.
+TASK_BASELINES = {FIRST_SENSE: "WordNet first sense", MAJORITY_BASELINE: "majority class"}
 # A difference's mark by its significance (None: not testable).
 SIGNIFICANCE_MARKS = {True: " *", False: "", None: " (untested)"}
 VERDICT_CLASSES = {
@@ -49,6 +58,8 @@ VERDICT_CLASSES = {
     "worse": "bad",
     "no significant difference": "neutral",
     "not testable": "neutral",
+    "layer1 better": "lower",  # the layer panel: the first biLSTM layer significantly better
+    "layer2 better": "upper",
     "n/a": "neutral",
 }
 DSPR_KEY = "test_dspr"  # the structural probe's distance Spearman correlation, test set
@@ -140,6 +151,8 @@ class HeadlineRow:
     verdict_class: str  # good, bad, neutral
     method: str
     baselines: list[BaselineScores]  # one per baseline encoder, in display order
+    # Baselines without features on the same test set: "WordNet first sense 65.32", or "".
+    no_features: str = ""
 
 
 def headline(data: ReportData) -> list[HeadlineRow]:
@@ -180,6 +193,9 @@ def headline(data: ReportData) -> list[HeadlineRow]:
                 verdict_class=VERDICT_CLASSES[verdict],
                 method=comparison.method,
                 baselines=baselines,
+                no_features="; ".join(
+                    f"{name} {pct(value)}" for name, value in task_baselines(data, task)
+                ),
             )
         )
     return rows
@@ -758,7 +774,7 @@ def findings(data: ReportData) -> list[str]:
             + ", ".join(f"{r.task} {r.best_layer}" for r in rows)
             + "."
         )
-    lines += _paper_directions(data, main)
+    lines += family_findings(data)
     for task in dict.fromkeys(s.task for s in data.selectivity):
         ours = [s for s in data.selectivity if s.task == task and s.encoder == main]
         if ours:
@@ -785,21 +801,183 @@ def findings(data: ReportData) -> list[str]:
     return lines
 
 
-def _paper_directions(data: ReportData, encoder: str) -> list[str]:
-    """Whether the layer orders the ELMo paper found hold here (docs/architecture.md §5)."""
-    parts = []
-    for task, (better, worse, paper) in PAPER_LAYER_ORDERS.items():
-        a, b = data.cells.get((task, better, encoder)), data.cells.get((task, worse, encoder))
-        if a is None or b is None or not a.n or not b.n:
-            continue
-        spreads = [std for std in (a.std, b.std) if not math.isnan(std)]
-        margin, spread = a.mean - b.mean, max([*spreads, TIE_MARGIN])
-        if abs(margin) <= spread:
-            verdict, why = "is a tie", f", within {pct(spread)} points"
-        else:
-            verdict, why = ("holds" if margin > 0 else "does not hold"), ""
-        parts.append(
-            f"{task} {better} > {worse} (paper: {paper}) {verdict} here "
-            f"({pct(a.mean)} vs {pct(b.mean)}{why})"
+# --- the layer panel: what each layer encodes ---------------------------------------------------
+
+
+def ordered_families(data: ReportData) -> list[str]:
+    """The families of the tasks with results, syntactic and semantic first."""
+    return ordered(set(data.families.values()), FAMILY_ORDER)
+
+
+def panel_tasks(data: ReportData) -> list[tuple[str, str]]:
+    """(family, task) of every task with a layer 2 - layer 1 difference, grouped by family in
+    ``FAMILY_ORDER``, tasks in display order within a family."""
+    compared = {gap.task for gap in data.layer_gaps}
+    tasks = [task for task in data.tasks if task in compared]
+    return [
+        (family, task)
+        for family in ordered_families(data)
+        for task in tasks
+        if data.families[task] == family
+    ]
+
+
+@dataclass(frozen=True)
+class MixSummary:
+    """A task's learned scalar mix on the main encoder: weights after softmax (mean over seeds)
+    and their centre of gravity ``sum_j j s_j`` per seed (Tenney et al. 2019)."""
+
+    weights: np.ndarray  # (layers,)
+    gravity: np.ndarray  # (seeds with weights,)
+
+
+def mix_summary(data: ReportData, task: str) -> MixSummary | None:
+    """The main encoder's scalar mix of ``task``; None without learned weights (WSD 1-NN)."""
+    cell = data.cells.get((task, SCALAR_MIX, main_encoder(data)))
+    if cell is None or cell.mix_weights is None:
+        return None
+    per_seed = [np.asarray(run.mix_weights) for run in cell.runs if run.mix_weights is not None]
+    return MixSummary(cell.mix_weights, np.array([centre_of_gravity(w) for w in per_seed]))
+
+
+@dataclass(frozen=True)
+class PanelRow:
+    family: str
+    task: str
+    metric: str  # display label
+    layers: str  # the main encoder's "layer 1 · layer 2" test scores, "95.01 · 94.02"
+    difference: str  # layer 2 - layer 1, points, "−0.99 ± 0.30"
+    p_value: str
+    verdict: str
+    verdict_class: str
+    method: str
+    weights: str  # the mix's weights after softmax, "0.21 · 0.45 · 0.34", or "–"
+    gravity: str  # centre of gravity, "1.13 ± 0.05", or "–"
+    baselines: list[str]  # per baseline encoder: its layer 2 - layer 1, "+0.12 *", or "–"
+    baseline_hovers: list[str]  # per baseline encoder: the test's p-value and method
+    paper: str  # the ELMo paper's "97.30 · 96.80 (−0.50)", or ""
+    paper_hover: str  # what the paper measured
+
+
+def _signed_points(value: float, std: float) -> str:
+    """A difference in points with its std over seeds where there is one: "−0.99 ± 0.30"."""
+    text = pct(value, signed=True)
+    return text if math.isnan(std) else f"{text} ± {pct(std)}"
+
+
+def layer_panel(data: ReportData) -> list[PanelRow]:
+    """Per task, grouped by family: the main encoder's layer 2 minus layer 1 with its test, its
+    scalar mix's weights and centre of gravity, every baseline encoder's layer 2 minus layer 1,
+    and the ELMo paper's numbers where it has them."""
+    alpha = data.significance.alpha
+    main = main_encoder(data)
+    gaps = {(g.task, g.encoder): g for g in data.layer_gaps}
+    rows = []
+    for family, task in panel_tasks(data):
+        gap = gaps.get((task, main))
+        mix = mix_summary(data, task)
+        others = [gaps.get((task, encoder)) for encoder in baseline_encoders(data)]
+        paper = PAPER_LAYERS.get(task)
+        verdict = "–" if gap is None else gap.verdict(alpha)
+        rows.append(
+            PanelRow(
+                family=family,
+                task=task,
+                metric=metric_label(next(c.metric for k, c in data.cells.items() if k[0] == task)),
+                layers="–" if gap is None else f"{pct(gap.lower.mean)} · {pct(gap.upper.mean)}",
+                difference="–" if gap is None else _signed_points(gap.difference, gap.std),
+                p_value="–" if gap is None else p_text(gap.p_value),
+                verdict=verdict,
+                verdict_class=VERDICT_CLASSES.get(verdict, "neutral"),
+                method="" if gap is None else gap.method,
+                weights="–" if mix is None else " · ".join(f"{w:.2f}" for w in mix.weights),
+                gravity="–" if mix is None else _gravity_text(mix.gravity),
+                baselines=[
+                    "–"
+                    if g is None
+                    else pct(g.difference, signed=True) + SIGNIFICANCE_MARKS[g.significant(alpha)]
+                    for g in others
+                ],
+                baseline_hovers=["" if g is None else _gap_hover(g) for g in others],
+                paper=""
+                if paper is None
+                else f"{pct(paper[1])} · {pct(paper[2])} ({pct(paper[2] - paper[1], signed=True)})",
+                paper_hover="" if paper is None else paper[0],
+            )
         )
-    return [f"ELMo paper's layer orders: {'; '.join(parts)}."] if parts else []
+    return rows
+
+
+def _gravity_text(values: np.ndarray) -> str:
+    """Mean ± std over seeds of centres of gravity, two decimals."""
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{values.mean():.2f} ± {values.std(ddof=1):.2f}"
+
+
+def _gap_hover(gap: LayerGap) -> str:
+    spread = "" if math.isnan(gap.std) else f" ± {pct(gap.std)}"
+    test = gap.method if gap.p_value is None else f"{p_equals(gap.p_value)}; {gap.method}"
+    return f"{pct(gap.difference, signed=True)}{spread} points; {test}"
+
+
+def family_findings(data: ReportData) -> list[str]:
+    """Per family, how many of its tasks favour layer 1 or layer 2 significantly on the main
+    encoder, and how many show no significant difference (or cannot be tested)."""
+    alpha = data.significance.alpha
+    main = main_encoder(data)
+    gaps = {g.task: g for g in data.layer_gaps if g.encoder == main}
+    lines = []
+    for family in ordered_families(data):
+        tasks = [t for f, t in panel_tasks(data) if f == family and t in gaps]
+        if not tasks:
+            continue
+        lower, upper = (gaps[tasks[0]].lower.features, gaps[tasks[0]].upper.features)
+        groups: dict[str, list[str]] = {lower: [], upper: [], "none": [], "untested": []}
+        for task in tasks:
+            gap = gaps[task]
+            key = "untested" if gap.p_value is None else gap.favoured(alpha) or "none"
+            groups[key].append(task)
+
+        parts = [
+            f"{len(groups[lower])} of {len(tasks)} tasks favour {_layer_name(lower)} "
+            f"significantly{_names(groups[lower])}",
+            _count(groups[upper], f"favours {_layer_name(upper)}", f"favour {_layer_name(upper)}"),
+            _count(
+                groups["none"], "shows no significant difference", "show no significant difference"
+            ),
+        ]
+        if groups["untested"]:
+            parts.append(_count(groups["untested"], "is not testable", "are not testable"))
+        gravity = [m.gravity.mean() for t in tasks if (m := mix_summary(data, t)) is not None]
+        text = f"{family.capitalize()} ({encoder_label(main)}, layer 2 − layer 1, p < {alpha}): "
+        text += ", ".join(parts)
+        if gravity:
+            text += f"; their scalar mixes' centre of gravity averages {np.mean(gravity):.2f}"
+        lines.append(text + ".")
+    return lines
+
+
+def _names(tasks: list[str]) -> str:
+    return f" ({', '.join(tasks)})" if tasks else ""
+
+
+def _count(tasks: list[str], singular: str, plural: str) -> str:
+    """ "1 favours layer 2 (ner)", "0 show no significant difference"."""
+    return f"{len(tasks)} {singular if len(tasks) == 1 else plural}{_names(tasks)}"
+
+
+def _layer_name(mode: str) -> str:
+    """layer1 -> "layer 1"."""
+    return mode.replace("layer", "layer ")
+
+
+def task_baselines(data: ReportData, task: str) -> list[tuple[str, float]]:
+    """(name, test score) of each baseline without features the task's runs record."""
+    cells = [c for (t, _, _), c in data.cells.items() if t == task]
+    found = []
+    for key, name in TASK_BASELINES.items():
+        values = next((v for c in cells if len(v := c.extra(f"test_{key}"))), None)
+        if values is not None:
+            found.append((name, float(values.mean())))
+    return found

@@ -19,6 +19,7 @@ from elmolab.report.information import PerSeed, TestedDifference, measure_times
 from elmolab.report.sections import (
     CONDITIONAL_METHOD,
     ENCODER_METHOD,
+    LAYER_METHOD,
     SIGNIFICANCE_METHOD,
     Sections,
 )
@@ -32,6 +33,12 @@ FIGURE_CAPTIONS = {
     "pretraining_curves": "Pretraining: validation perplexity of each direction and their "
     "mean against training tokens (log scale; dashed: the unigram baseline), and the "
     "training loss.",
+    "layer_panel": "What each layer encodes: per task, grouped by family, the trained biLM's "
+    "layer 2 minus layer 1 on the test set (bar: mean over seeds, error bar: one standard "
+    "deviation of the per-seed differences, *: significant; colour: the layer significantly "
+    "better, grey: neither), the baseline encoders' differences as diamonds and the ELMo "
+    "paper's as a star; right, the centre of gravity Σ j·s_j of the learned scalar mix's "
+    "weights (mean ± std over seeds; 0 = the token layer, 2 = the top layer).",
     "probes_by_task": "Test score of every feature mode per task (bars: mean over seeds, error "
     "bars: one standard deviation, dots: single seeds; outlined bar: the learned scalar mix). "
     "The y axes are zoomed and do not start at 0.",
@@ -213,6 +220,12 @@ def summary_json(data: ReportData) -> dict[str, Any]:
             }
             for s in data.selectivity
         ],
+        "layer_panel": _layer_panel_summary(data),
+        "baselines_without_features": {
+            task: {name: value for name, value in found}
+            for task in data.tasks
+            if (found := tables.task_baselines(data, task))
+        },
         "online_code": _online_code_summary(data),
         "conditional_probing": _conditional_summary(data),
         "information_time": [
@@ -264,6 +277,56 @@ def _tested(difference: TestedDifference, alpha: float) -> dict[str, Any]:
         "p_value": difference.p_value,
         "method": difference.method,
         "significant": difference.significant(alpha),
+    }
+
+
+def _layer_panel_summary(data: ReportData) -> dict[str, Any]:
+    """Per task: its family, layer 2 minus layer 1 of every encoder with its test (fractions,
+    like every score here), the main encoder's mix weights and centre of gravity, and the ELMo
+    paper's layers; the findings per family."""
+    alpha = data.significance.alpha
+    tasks = []
+    for family, task in tables.panel_tasks(data):
+        mix = tables.mix_summary(data, task)
+        paper = tables.PAPER_LAYERS.get(task)
+        tasks.append(
+            {
+                "task": task,
+                "family": family,
+                "encoders": {
+                    g.encoder: {
+                        "layer1_mean": _number(g.lower.mean),
+                        "layer2_mean": _number(g.upper.mean),
+                        "difference": _number(g.difference),
+                        "difference_std": _number(g.std),
+                        "values": list(g.values),
+                        "p_value": g.p_value,
+                        "method": g.method,
+                        "significant": g.significant(alpha),
+                        "favoured": g.favoured(alpha),
+                    }
+                    for g in data.layer_gaps
+                    if g.task == task
+                },
+                "mix_weights": None if mix is None else mix.weights.tolist(),
+                "centre_of_gravity": None
+                if mix is None
+                else {
+                    "mean": float(mix.gravity.mean()),
+                    "std": _number(
+                        float(mix.gravity.std(ddof=1)) if len(mix.gravity) > 1 else None
+                    ),
+                    "values": mix.gravity.tolist(),
+                },
+                "paper": None
+                if paper is None
+                else {"measure": paper[0], "layer1": paper[1], "layer2": paper[2]},
+            }
+        )
+    return {
+        "method": LAYER_METHOD.format(alpha=alpha),
+        "findings": tables.family_findings(data),
+        "tasks": tasks,
     }
 
 
