@@ -337,13 +337,13 @@ def test_sentence_cells_pool_each_sentence_and_record_the_majority_baseline(
         else:  # SST-2: no neutral sentence, 0-1 and 3-4 merged
             expected = {"negative": test["0"] + test["1"], "positive": test["3"] + test["4"]}
         assert run["n_test_tokens"] == sum(expected.values())
-        baseline = run["majority_baseline"]
-        assert baseline["test"] == pytest.approx(
-            expected[baseline["label"]] / sum(expected.values())
+        label = run["majority_label"]
+        assert run["test_majority_baseline"] == pytest.approx(
+            expected[label] / sum(expected.values())
         )
         train = Counter(s.sentiment for s in arguments["data"].read("sst", "train").sentences)
         if task == "sentiment":
-            assert baseline["label"] == max(sorted(train), key=train.__getitem__)
+            assert label == max(sorted(train), key=train.__getitem__)
     assert len(read_probe_runs(tmp_path / "probes")) == 2 * 2 * 3 * 2
 
 

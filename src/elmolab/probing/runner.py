@@ -20,9 +20,9 @@ n_dev_tokens, n_test_tokens, n_train_sentences, per_sentence_test`` (per-sentenc
 test counts for counted metrics, else null), the epoch ``history`` and the kind's further scores
 (``dev_dspr``/``test_dspr``, ``dev_untyped_f1``/``test_untyped_f1``; a task measuring information,
 ``mdl`` or ``conditional``, adds ``dev_bits``/``test_bits`` and ``per_sentence_test_bits``; a
-sentence task adds ``majority_baseline``, ``{label, dev, test}``: the most frequent train label and
-its accuracy on dev and test, the score of a probe that always predicts it, and counts items, one
-per sentence, as ``n_*_tokens``). The
+sentence task adds ``majority_label``, the most frequent train label, and
+``dev_majority_baseline``/``test_majority_baseline``, its accuracy on dev and test (the score of a
+probe that always predicts it), and counts items, one per sentence, as ``n_*_tokens``). The
 online code and conditional probing (Voita and Titov 2020; Hewitt et al. 2021) are
 ``elmolab.io.results``'s to define. WSD writes F1 on the test
 set (``dev``: on the dev set) with precision, recall, the back-off count, per-sentence counts of
@@ -60,6 +60,7 @@ from elmolab.io.features import feature_path, summary_path
 from elmolab.io.results import (
     CONDITIONAL_MODES,
     FIRST_SENSE,
+    MAJORITY_BASELINE,
     METRICS_FILE,
     ONLINE_CODE_FILE,
     PREDICTIONS_FILE,
@@ -466,7 +467,7 @@ def _fit(
         counts.update(labels.counts)
     if kind is TaskKind.SENTENCE:
         assert labels is not None
-        counts["majority_baseline"] = majority_baseline(fit_splits, labels.vocabulary)
+        counts.update(majority_baseline(fit_splits, labels.vocabulary))
     for result in results:
         log.info(
             "%s/%s/%s/seed%d%s: dev %.4f, test %.4f (%s, best epoch %d of %d%s)",
@@ -490,11 +491,15 @@ def majority_baseline(
 ) -> dict[str, Any]:
     """The majority-class baseline: the most frequent label of ``splits["train"]`` (the first in
     the vocabulary's order among equals) and the share of dev's and test's items that hold it,
-    the accuracy of a probe that always predicts it."""
+    the accuracy of a probe that always predicts it: ``majority_label``,
+    ``dev_majority_baseline``, ``test_majority_baseline``."""
     train = splits["train"].labels  # (items,)
     label = int(torch.bincount(train, minlength=len(vocabulary)).argmax())
     shares = {role: float((splits[role].labels == label).double().mean()) for role in EVAL_ROLES}
-    return {"label": vocabulary.labels[label], **shares}
+    return {
+        "majority_label": vocabulary.labels[label],
+        **{f"{role}_{MAJORITY_BASELINE}": share for role, share in shares.items()},
+    }
 
 
 def online_code_blocks(sentences: int, settings: ProbeSettings) -> list[list[int]]:
