@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
@@ -92,7 +93,7 @@ class BiLMOptions:
     def from_json(cls, path: str | os.PathLike[str]) -> BiLMOptions:
         """Read and validate an ``options.json``; every problem is an ElmolabError naming it."""
         try:
-            text = open(path, encoding="utf-8").read()  # noqa: SIM115
+            text = Path(path).read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ElmolabError("no such options file", path) from None
         except (OSError, UnicodeDecodeError) as error:
