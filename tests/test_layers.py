@@ -25,7 +25,7 @@ LAYERS = (
     # the network, and its weight files
     ("elmolab.models",),
     # what is done with it: pretraining, features, probes
-    ("elmolab.training", "elmolab.embed", "elmolab.probing"),
+    ("elmolab.training", "elmolab.embed", "elmolab.elmo", "elmolab.probing"),
     # the stages and the command line
     (
         "elmolab.prepare",
@@ -39,6 +39,8 @@ LAYERS = (
 
 
 def layer_of(module: str) -> int:
+    if module == "elmolab":  # the package itself, above every layer: it re-exports the public API
+        return len(LAYERS)
     for number, members in enumerate(LAYERS):
         if any(module == m or module.startswith(m + ".") for m in members):
             return number

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
@@ -92,7 +93,7 @@ class BiLMOptions:
     def from_json(cls, path: str | os.PathLike[str]) -> BiLMOptions:
         """Read and validate an ``options.json``; every problem is an ElmolabError naming it."""
         try:
-            text = open(path, encoding="utf-8").read()  # noqa: SIM115
+            text = Path(path).read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ElmolabError("no such options file", path) from None
         except (OSError, UnicodeDecodeError) as error:
@@ -233,7 +234,7 @@ class BiLMOutput(NamedTuple):
     """What ``BiLM.forward`` returns."""
 
     layers: Tensor  # (batch, n_layers + 1, time, 2 * proj), zero past each row's length
-    mask: Tensor  # (batch, time) bool: True where a token is
+    mask: Tensor  # (batch, time) bool: True where a token is (time + 2 with the marks kept)
 
 
 class BiLMState(NamedTuple):
@@ -285,15 +286,19 @@ class BiLM(nn.Module):
         """Forget the states carried between calls in stateful mode."""
         self._states = None
 
-    def forward(self, char_ids: Tensor) -> BiLMOutput:
+    def forward(self, char_ids: Tensor, keep_marks: bool = False) -> BiLMOutput:
         """``char_ids``: long (batch, time, chars), inference ids (+1 shift, 0 = padding), tokens
         left-aligned and without sentence marks: ``<S>``/``</S>`` are added here and removed from
         the outputs. Returns every layer (batch, n_layers + 1, time, 2 * proj) and the mask.
+
+        ``keep_marks``: keep the marks instead, as allennlp's biLM returns its activations: layers
+        (batch, n_layers + 1, time + 2, 2 * proj) with row r's ``<S>`` at 0 and ``</S>`` at
+        ``n_r + 1``, and the mask (batch, time + 2) True on ``<S>``, the tokens and ``</S>``.
         """
         mask = (char_ids > 0).any(dim=-1)  # (batch, time)
-        return self.contextualize(self.token_encoder(char_ids), mask)
+        return self.contextualize(self.token_encoder(char_ids), mask, keep_marks)
 
-    def contextualize(self, tokens: Tensor, mask: Tensor) -> BiLMOutput:
+    def contextualize(self, tokens: Tensor, mask: Tensor, keep_marks: bool = False) -> BiLMOutput:
         """``forward`` from token vectors (batch, time, proj), e.g. cached ones, and their mask
         (batch, time) bool, True on the left-aligned tokens of each row.
         """
@@ -326,9 +331,13 @@ class BiLM(nn.Module):
         layers = [torch.cat([x, x], dim=-1)]  # (batch, time + 2, 2 * proj)
         for f, b in zip(forward, backward, strict=True):
             layers.append(torch.cat([f, b.gather(1, reverse)], dim=-1))
-        stacked = torch.stack(layers, dim=1)[:, :, 1:-1]  # (batch, n_layers + 1, time, 2 * proj)
+        stacked = torch.stack(layers, dim=1)  # (batch, n_layers + 1, time + 2, 2 * proj)
+        if keep_marks:
+            mask = steps < (mask.sum(dim=1) + 2)[:, None]  # (batch, time + 2)
+        else:
+            stacked = stacked[:, :, 1:-1]  # (batch, n_layers + 1, time, 2 * proj)
         restore = torch.argsort(order)  # (batch,)
-        stacked = stacked[restore] * mask[:, None, :, None]  # (batch, n_layers + 1, time, 2 * proj)
+        stacked = stacked[restore] * mask[:, None, :, None]  # zero past each row's end
         return BiLMOutput(stacked, mask)
 
     def encode_lm(

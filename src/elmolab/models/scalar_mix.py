@@ -71,15 +71,28 @@ def mix_layers(layers: torch.Tensor, mode: FeatureMode | str) -> torch.Tensor:
 class HeadMix(nn.Module):
     """The scalar mixes of heads: ``gamma_h * sum_j s_hj h_j``, ``s_h = softmax(w_h)`` for a learned
     mix (``w = 0``, ``gamma = 1`` at the start), else fixed (one-hot for a layer, uniform for
-    ``mean``; ``gamma`` 1). Frozen heads get no gradient."""
+    ``mean``; ``gamma`` 1). Frozen heads get no gradient.
 
-    def __init__(self, modes: Sequence[FeatureMode], num_layers: int, l2_lambda: float) -> None:
+    ``fixed`` (len(modes), num_layers), optional: the frozen heads' weights ``s`` in place of
+    their modes' (e.g. allennlp's frozen mix, ``softmax`` of given scalar parameters); the rows
+    of learned heads are ignored."""
+
+    def __init__(
+        self,
+        modes: Sequence[FeatureMode],
+        num_layers: int,
+        l2_lambda: float,
+        fixed: torch.Tensor | None = None,
+    ) -> None:
         super().__init__()
-        fixed = torch.zeros(len(modes), num_layers)
-        for h, mode in enumerate(modes):
-            if mode is not FeatureMode.SCALAR_MIX:
-                fixed[h] = frozen_weights(mode, num_layers)
-        self.register_buffer("fixed", fixed)
+        if fixed is None:
+            fixed = torch.zeros(len(modes), num_layers)
+            for h, mode in enumerate(modes):
+                if mode is not FeatureMode.SCALAR_MIX:
+                    fixed[h] = frozen_weights(mode, num_layers)
+        elif fixed.shape != (len(modes), num_layers):
+            raise ValueError(f"fixed must be ({len(modes)}, {num_layers}), got {fixed.shape}")
+        self.register_buffer("fixed", fixed.float().clone())
         self.register_buffer("learned", torch.tensor([m is FeatureMode.SCALAR_MIX for m in modes]))
         self.w = nn.Parameter(torch.zeros(len(modes), num_layers))
         self.gamma = nn.Parameter(torch.ones(len(modes)))
