@@ -126,9 +126,9 @@ def reproducible_results(artifacts: Path) -> dict[str, Any]:
     (``ENCODER_SUMMARY``), without timings, and every test prediction file's text. Two runs of
     the same code on the same data and machine must agree on all of it."""
     probes = artifacts / "probes"
+    models = [artifacts / name / METRICS_FILE for name in ("bilm", "bilm_random")]
     files = [
-        artifacts / "bilm" / METRICS_FILE,
-        artifacts / "bilm_random" / METRICS_FILE,
+        *(path for path in models if path.is_file()),  # none in a study of external models
         *sorted(probes.rglob(METRICS_FILE)),
         *sorted(probes.rglob(ONLINE_CODE_FILE)),
         *sorted((artifacts / "features").glob(f"*/*/{ENCODER_SUMMARY}")),

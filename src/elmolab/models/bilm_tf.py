@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from elmolab.errors import ElmolabError
-from elmolab.fsutil import atomic_path
+from elmolab.fsutil import atomic_hdf5, atomic_path
 from elmolab.models.bilm import BiLM, BiLMOptions
 
 PathLike = str | os.PathLike[str]
@@ -185,7 +185,7 @@ def export_bilm(model: BiLM, options_path: PathLike, weights_path: PathLike) -> 
     atomically. ``load_bilm`` of the result gives bit-identical parameters.
     """
     model.options.to_json(options_path)
-    with atomic_path(weights_path) as tmp, h5py.File(tmp, "w") as fout:
+    with atomic_hdf5(weights_path) as fout:
         for name, param in _hdf5_tensors(model).items():
             fout.create_dataset(name, data=_to_file(name, param))
 
@@ -212,14 +212,7 @@ def load_bilm_from_checkpoint(path: PathLike, stateful: bool = False) -> BiLM:
     the file for a missing or unreadable file, invalid options, more than ``MAX_PARAMETERS``
     parameters, missing or unexpected tensors, or a shape mismatch.
     """
-    if not Path(path).is_file():
-        raise ElmolabError("no such checkpoint file", path)
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as error:
-        raise ElmolabError(f"not a readable torch checkpoint: {error}", path) from None
-    if not isinstance(checkpoint, dict) or not {"options", "state_dict"} <= checkpoint.keys():
-        raise ElmolabError("checkpoint must be a dict with 'options' and 'state_dict'", path)
+    checkpoint = _read_checkpoint(path, mmap=False)
     options = BiLMOptions.from_dict(checkpoint["options"], source=path)
     state_dict = checkpoint["state_dict"]
     expected = _skeleton(options, path).state_dict()  # shapes only: nothing allocated yet
@@ -240,6 +233,24 @@ def load_bilm_from_checkpoint(path: PathLike, stateful: bool = False) -> BiLM:
     model = BiLM(options, stateful=stateful)
     model.load_state_dict(state_dict)
     return model.eval()
+
+
+def checkpoint_options(path: PathLike) -> BiLMOptions:
+    """The options of a checkpoint of ``load_bilm_from_checkpoint``'s format, without reading
+    its tensors (the file is memory-mapped); the same ElmolabErrors for a bad file."""
+    return BiLMOptions.from_dict(_read_checkpoint(path, mmap=True)["options"], source=path)
+
+
+def _read_checkpoint(path: PathLike, mmap: bool) -> dict:
+    if not Path(path).is_file():
+        raise ElmolabError("no such checkpoint file", path)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as error:
+        raise ElmolabError(f"not a readable torch checkpoint: {error}", path) from None
+    if not isinstance(checkpoint, dict) or not {"options", "state_dict"} <= checkpoint.keys():
+        raise ElmolabError("checkpoint must be a dict with 'options' and 'state_dict'", path)
+    return checkpoint
 
 
 def _hdf5_tensors(model: BiLM) -> dict[str, Tensor]:
