@@ -49,6 +49,7 @@ from elmolab.embed import DEFAULT_BATCH_SIZE, embed_sentences
 from elmolab.errors import ElmolabError
 from elmolab.failpoints import failpoint
 from elmolab.fsutil import atomic_dir, atomic_path, write_json
+from elmolab.hardware import peak_memory
 from elmolab.io.features import (
     DATASET_DIGEST,
     ENCODER_SUMMARY,
@@ -309,6 +310,7 @@ def extract(config: ExtractConfig, out_dir: Path) -> dict[str, dict[str, Any]]:
                     "token_layer_sha256": token_layer,
                     "dataset_sha256": digest,
                     "wall_seconds": round(time.perf_counter() - started, 1),
+                    **peak_memory(),
                     "splits": splits,
                 }
                 write_json(tmp / ENCODER_SUMMARY, summary)

@@ -105,9 +105,18 @@ def online_code_paths(probes_dir: Path) -> list[Path]:
     return sorted(probes_dir.glob(f"*/*/*/{SEED_PREFIX}*/{ONLINE_CODE_FILE}"))
 
 
-# Fields that record how long a computation took, or whether it resumed, not what it computed.
+# Fields that record how long a computation took, how much memory it held, or whether it
+# resumed, not what it computed.
 TIMING_FIELDS = frozenset(
-    {"wall_seconds", "tokens_per_second", "resumed", "seconds", "words_per_second"}
+    {
+        "wall_seconds",
+        "tokens_per_second",
+        "resumed",
+        "seconds",
+        "words_per_second",
+        "peak_rss_bytes",
+        "peak_rss_children_bytes",
+    }
 )
 
 

@@ -51,6 +51,7 @@ from omegaconf import OmegaConf
 from elmolab.config import section
 from elmolab.errors import ElmolabError
 from elmolab.fsutil import atomic_dir, write_json
+from elmolab.hardware import peak_memory
 from elmolab.io.features import feature_path, summary_path
 from elmolab.io.results import (
     CONDITIONAL_MODES,
@@ -574,7 +575,7 @@ def _write_run(
         / metrics["encoder"]
         / run_folder(metrics["seed"], metrics["train_fraction"])
     )
-    write_json(run_dir / METRICS_FILE, metrics)
+    write_json(run_dir / METRICS_FILE, {**metrics, **peak_memory()})
     if settings.save_predictions:
         _write_lines(run_dir / PREDICTIONS_FILE, map(" ".join, result.test_predictions))
 

@@ -48,7 +48,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from elmolab.errors import ElmolabError
 from elmolab.failpoints import failpoint
 from elmolab.fsutil import atomic_dir, atomic_hdf5, atomic_path, write_json
-from elmolab.hardware import choose_precision
+from elmolab.hardware import choose_precision, peak_memory
 from elmolab.io.results import CURVE_COLUMNS, CURVE_FILE, METRICS_FILE
 from elmolab.models.bilm_tf import export_bilm, save_bilm_checkpoint
 from elmolab.text.vocab import Vocabulary
@@ -352,6 +352,7 @@ def pretrain(
         "steps": trainer.global_step,
         "tokens": trainer.global_step * throughput.tokens_per_step,
         "resumed": resume is not None,
+        **peak_memory(),
         "parameters": count_parameters(module),
         "model": model_cfg.options(),
         "model_name": model_cfg.name,
@@ -433,6 +434,7 @@ def random_control(
         "wall_seconds": round(time.perf_counter() - started, 1),
         "steps": 0,
         "tokens": 0,
+        **peak_memory(),
         "parameters": count_parameters(module),
         "model": model_cfg.options(),
         "model_name": model_cfg.name,
