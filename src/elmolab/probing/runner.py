@@ -575,7 +575,8 @@ def _write_run(
         / metrics["encoder"]
         / run_folder(metrics["seed"], metrics["train_fraction"])
     )
-    write_json(run_dir / METRICS_FILE, {**metrics, **peak_memory()})
+    metrics.update(peak_memory())  # kept in the run's results: a layer-0 twin copies them
+    write_json(run_dir / METRICS_FILE, metrics)
     if settings.save_predictions:
         _write_lines(run_dir / PREDICTIONS_FILE, map(" ".join, result.test_predictions))
 
