@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import h5py
@@ -17,6 +19,7 @@ from elmolab.errors import ElmolabError
 from elmolab.io.features import open_feature_writer, read_features
 from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.models.bilm_tf import (
+    MAX_PARAMETERS,
     export_bilm,
     load_bilm,
     load_bilm_from_checkpoint,
@@ -194,8 +197,93 @@ def test_shape_mismatch_names_dataset_expected_and_found(fixture_dir: Path, tmp_
         load_bilm(options, fixture_dir / "lm_weights.hdf5")
     assert str(error.value) == (
         f"{fixture_dir / 'lm_weights.hdf5'}: dataset 'CNN_proj/W_proj' has shape (124, 16), "
-        "options.json imply (124, 32)"
+        f"{options} imply (124, 32) (from 'lstm.projection_dim' 32)"
     )
+
+
+# The child reports its peak RSS after the imports and after the load, in KiB (Linux ru_maxrss).
+MEASURE_LOAD = """
+import resource, sys
+from elmolab.cli import main
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+status = main(sys.argv[1:])
+print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+sys.exit(status)
+"""
+
+
+def test_options_far_larger_than_the_weights_are_refused_before_allocating(
+    fixture_dir: Path, tmp_path: Path
+) -> None:
+    """``lstm.dim`` 200000 beside the fixture's 0.45 MB of weights implies 118M parameters
+    (474 MB): ``elmolab embed`` ends with one line and its peak memory does not move.
+    """
+    weights = fixture_dir / "lm_weights.hdf5"
+    options = write_options(
+        tmp_path / "options.json", fixture_dir, lambda o: o["lstm"].update(dim=200000)
+    )
+    (tmp_path / "in.txt").write_text("One sentence .\n", encoding="utf-8")
+    model_files = [str(tmp_path / "out.hdf5"), "--options", str(options), "--weights", str(weights)]
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE_LOAD, "embed", str(tmp_path / "in.txt"), *model_files],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"elmolab embed: error: {weights}: dataset 'RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0' "
+        f"has shape (32, 256), {options} imply (32, 800000) (from 'lstm.dim' 200000)\n"
+    )
+    before_kib, after_kib = map(int, done.stdout.split())
+    # Building the model first (as before) raised the peak by ~480 MB; the check reads HDF5
+    # metadata only. 4 MiB leaves room for h5py's and the allocator's bookkeeping, ~10x the file.
+    assert (after_kib - before_kib) * 1024 < max(4 << 20, 10 * weights.stat().st_size)
+    assert not (tmp_path / "out.hdf5").exists()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda o: o["lstm"].update(n_layers=3),
+            r"missing dataset 'RNN_0/RNN/MultiRNNCell/Cell2/LSTMCell/W_0' "
+            r"\('lstm\.n_layers' is 3\)$",
+        ),
+        (
+            lambda o: o["char_cnn"].update(n_highway=3),
+            r"missing dataset 'CNN_high_2/W_carry' \('char_cnn\.n_highway' is 3\)$",
+        ),
+        (
+            lambda o: o["char_cnn"]["filters"].__setitem__(2, [3, 17]),
+            r"dataset 'CNN/W_cnn_2' has shape \(1, 3, 4, 16\), .*options\.json imply "
+            r"\(1, 3, 4, 17\) \(from 'char_cnn\.filters\[2\]\[1\]' 17\)$",
+        ),
+        (
+            lambda o: o["char_cnn"]["embedding"].update(dim=5),
+            r"dataset 'char_embed' has shape \(261, 4\), .*options\.json imply \(261, 5\) "
+            r"\(from 'char_cnn\.embedding\.dim' 5\)$",
+        ),
+    ],
+    ids=["n_layers", "n_highway", "filter", "char_dim"],
+)
+def test_options_the_weights_do_not_hold_name_the_option(
+    fixture_dir: Path, tmp_path: Path, edit, message: str
+) -> None:
+    options = write_options(tmp_path / "options.json", fixture_dir, edit)
+    with pytest.raises(ElmolabError, match=message):
+        load_bilm(options, fixture_dir / "lm_weights.hdf5")
+
+
+def test_options_beyond_the_parameter_bound_are_refused(fixture_dir: Path, tmp_path: Path) -> None:
+    options = write_options(
+        tmp_path / "options.json", fixture_dir, lambda o: o["lstm"].update(dim=10**8)
+    )
+    with pytest.raises(ElmolabError, match=r"imply 59,200,067,236 parameters .* more than the"):
+        load_bilm(options, fixture_dir / "lm_weights.hdf5")
+    with torch.device("meta"):
+        original = BiLM(BiLMOptions.published("original"))
+    assert sum(p.numel() for p in original.parameters()) < MAX_PARAMETERS / 10
 
 
 def test_unreadable_weights(fixture_dir: Path, tmp_path: Path) -> None:

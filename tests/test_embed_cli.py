@@ -207,7 +207,8 @@ def bad_input_cases(tmp: Path, fixture_dir: Path) -> dict[str, tuple[list[str], 
         "shape mismatch": (
             [str(good), "--options", str(narrow), "--weights", str(weights)],
             weights,
-            "dataset 'CNN_proj/W_proj' has shape (124, 16), proj32.json imply (124, 32)",
+            "dataset 'CNN_proj/W_proj' has shape (124, 16), "
+            f"{narrow} imply (124, 32) (from 'lstm.projection_dim' 32)",
         ),
         "missing option key": (
             [str(good), "--options", str(no_key), "--weights", str(weights)],

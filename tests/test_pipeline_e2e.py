@@ -3,8 +3,10 @@
 Two checkouts run ``dvc repro`` with ``experiment=smoke``:
 
 - ``clean``: uninterrupted. Then a second ``dvc repro`` runs nothing, a changed probe learning
-  rate re-runs only the probe cells and the report, and two queued experiments
-  (``dvc exp run --queue`` + ``dvc queue start``) both show their metrics in ``dvc exp show``.
+  rate re-runs only the probe cells and the report, a second fresh checkout gives identical
+  results (``tools/compare_runs.py``), and two queued experiments run at once
+  (``dvc exp run --queue`` + ``dvc queue start --jobs 2``) each equal the same settings run
+  alone.
 - ``killed``: the same pipeline, but SIGKILLed (failpoints, ``elmolab.failpoints``) mid-epoch,
   between a checkpoint's temporary file and its rename, mid-validation, and between two extracted
   splits, each time followed by ``dvc repro``. Training resumes from the last complete
@@ -222,10 +224,26 @@ def test_an_external_encoder_is_extracted_probed_and_reported_without_pretrainin
     assert _stages_run(_run(["dvc", "repro", "report_external@fixture"], repo)) == []
 
 
-def test_queued_experiments_run_and_show_their_metrics_side_by_side(clean: Path) -> None:
+def test_a_second_fresh_checkout_gives_identical_results(
+    clean: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Same commit, same seed, same machine: every result file equal (tools/compare_runs.py)."""
+    other = make_checkout(tmp_path_factory.mktemp("again"))
+    _run(["dvc", "repro"], other)
+    compared = _run(
+        [sys.executable, str(ROOT / "tools" / "compare_runs.py"), str(clean), str(other)],
+        ROOT,
+        check=False,
+    )
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+
+
+def test_two_queued_experiments_run_at_once_each_equal_to_its_run_alone(
+    clean: Path, tmp_path: Path
+) -> None:
     for lr in ("0.01", "0.1"):
         _run(["dvc", "exp", "run", "--queue", "-S", SMOKE, "-S", f"probe.lr={lr}"], clean)
-    _run(["dvc", "queue", "start", "--jobs", "1"], clean)
+    _run(["dvc", "queue", "start", "--jobs", "2"], clean)
     _wait_for_queue(clean)
     shown = json.loads(_run(["dvc", "exp", "show", "--json"], clean).stdout)
     experiments = [
@@ -237,10 +255,21 @@ def test_queued_experiments_run_and_show_their_metrics_side_by_side(clean: Path)
     for rev in revs:
         assert rev["error"] is None, rev["error"]
         row = rev["data"]
-        params = row["params"]["params.yaml"]["data"]
-        lrs.add(params["probe"]["lr"])
-        metrics = row["metrics"]["artifacts/report/metrics.json"]["data"]
-        assert metrics  # the report's headline numbers
+        lr = row["params"]["params.yaml"]["data"]["probe"]["lr"]
+        lrs.add(lr)
+        assert row["metrics"]["artifacts/report/metrics.json"]["data"]  # the headline numbers
+        # The experiment's outputs, then the same settings run alone in a copy of the clean run.
+        queued = tmp_path / f"queued-{lr}"
+        shutil.copytree(clean, queued, symlinks=True)
+        _run(["dvc", "exp", "apply", rev["rev"]], queued)
+        _run(["dvc", "checkout", "-q"], queued)
+        alone = tmp_path / f"alone-{lr}"
+        shutil.copytree(clean, alone, symlinks=True)
+        _run([sys.executable, "-m", "elmolab.params", SMOKE, f"probe.lr={lr}"], alone)
+        _run(["dvc", "repro"], alone)
+        compare = [sys.executable, str(ROOT / "tools" / "compare_runs.py"), str(alone), str(queued)]
+        compared = _run(compare, ROOT, check=False)
+        assert compared.returncode == 0, compared.stdout + compared.stderr
     assert lrs == {0.01, 0.1}
 
 

@@ -2,7 +2,8 @@
 
 A subcommand is a ``Command`` in ``COMMANDS``: a help line, a function that declares its
 arguments, and a function that runs it and returns the exit status. Every ElmolabError ends
-the program with one line on stderr (naming the file at fault) and status 1, without a traceback.
+the program with one line on stderr (naming the file at fault) and status 1, without a traceback;
+so does a full disk (naming the file and the free space) or exhausted memory.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import NamedTuple
 import torch
 
 from elmolab.embed import DEFAULT_BATCH_SIZE, embed_file
-from elmolab.errors import ElmolabError
+from elmolab.errors import ElmolabError, resource_errors_named
 from elmolab.io.features import LAYER_MODES, STORAGE_DTYPES
 from elmolab.models.bilm_tf import load_bilm, load_bilm_from_checkpoint
 
@@ -107,7 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``elmolab`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
-        return COMMANDS[args.command].run(args)
+        with resource_errors_named(args.command, getattr(args, "output", ".")):
+            return COMMANDS[args.command].run(args)
     except ElmolabError as error:
         print(f"elmolab {args.command}: error: {error}", file=sys.stderr)
         return 1

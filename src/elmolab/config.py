@@ -30,7 +30,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from elmolab.errors import ElmolabError
+from elmolab.errors import ElmolabError, resource_errors_named
 
 T = TypeVar("T")
 StageFn = Callable[[DictConfig, Path], Any]
@@ -139,7 +139,9 @@ def run_stage(fn: StageFn, stage: str, conf_dir: Path, argv: list[str] | None = 
 
     Under DVC (``--params``) the output folder is ``<paths.artifacts>/<stage>``; otherwise it is
     the Hydra run (or multirun job) folder. An :class:`ElmolabError` becomes one line on stderr and
-    exit status 2 (set ``ELMOLAB_DEBUG=1`` for the traceback).
+    exit status 2 (set ``ELMOLAB_DEBUG=1`` for the traceback), and so does a full disk or
+    exhausted memory (:func:`_run_guarded`): the line names the stage, the file and the free
+    space, or how much memory was asked for.
     """
     argv = sys.argv[1:] if argv is None else argv
     _configure_logging()
@@ -158,7 +160,7 @@ def run_stage(fn: StageFn, stage: str, conf_dir: Path, argv: list[str] | None = 
             if external is not None:
                 cfg = external_study(cfg, external)
             out_dir = Path(cfg.paths.artifacts) / stage
-            fn(cfg, out_dir)
+            _run_guarded(fn, cfg, out_dir)
         except ElmolabError as err:
             _fail(err)
         return
@@ -171,12 +173,21 @@ def run_stage(fn: StageFn, stage: str, conf_dir: Path, argv: list[str] | None = 
         global _config_source
         _config_source = f"{conf_dir}/config.yaml (with overrides)"
         try:
-            return fn(cfg, Path(HydraConfig.get().runtime.output_dir) / stage)
+            return _run_guarded(fn, cfg, Path(HydraConfig.get().runtime.output_dir) / stage)
         except ElmolabError as err:
             _fail(err)
 
     sys.argv = [sys.argv[0], *argv]
     _hydra_main()
+
+
+def _run_guarded(fn: StageFn, cfg: DictConfig, out_dir: Path) -> Any:
+    """``fn(cfg, out_dir)``, with a full disk or exhausted memory turned into one ElmolabError
+    (see :func:`elmolab.errors.resource_error`) that names the stage: the script's name."""
+    script = Path(sys.argv[0])
+    name = script.stem if script.suffix == ".py" else out_dir.name
+    with resource_errors_named(name, out_dir):
+        return fn(cfg, out_dir)
 
 
 def _fail(err: ElmolabError) -> None:

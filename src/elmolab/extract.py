@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ from elmolab.embed import DEFAULT_BATCH_SIZE, embed_sentences
 from elmolab.errors import ElmolabError
 from elmolab.failpoints import failpoint
 from elmolab.fsutil import atomic_dir, atomic_path, write_json
+from elmolab.hardware import peak_memory
 from elmolab.io.features import (
     DATASET_DIGEST,
     ENCODER_SUMMARY,
@@ -56,8 +58,8 @@ from elmolab.io.features import (
     split_path,
     units_path,
 )
-from elmolab.models.bilm import BiLM
-from elmolab.models.bilm_tf import load_bilm, load_bilm_from_checkpoint
+from elmolab.models.bilm import BiLM, BiLMOptions
+from elmolab.models.bilm_tf import checkpoint_options, load_bilm, load_bilm_from_checkpoint
 from elmolab.models.controls import token_layer_digest
 from elmolab.probing.tasks import (
     DataCatalog,
@@ -156,6 +158,13 @@ class EncoderFiles:
             return load_bilm_from_checkpoint(self.checkpoint)
         assert self.options is not None and self.weights is not None
         return load_bilm(self.options, self.weights)
+
+    def options_only(self) -> BiLMOptions:
+        """The biLM's options, without reading its weights (a checkpoint is memory-mapped)."""
+        if self.checkpoint is None:
+            assert self.options is not None
+            return BiLMOptions.from_json(self.options)
+        return checkpoint_options(self.checkpoint)
 
     def paths(self) -> dict[str, str]:
         """The files read, by role (for extract.json: which files a folder resolved to)."""
@@ -266,6 +275,7 @@ def extract(config: ExtractConfig, out_dir: Path) -> dict[str, dict[str, Any]]:
     for source in sources:
         _check_units(source)
     by_dataset = {name: [s for s in sources if s.dataset == name] for name in datasets}
+    _check_free_space(out_dir, files, sources, config.dtype)
     digests = {name: dataset_digest(name, dataset) for name, dataset in datasets.items()}
     summaries: dict[str, dict[str, Any]] = {}
     for encoder, found in files.items():
@@ -300,11 +310,47 @@ def extract(config: ExtractConfig, out_dir: Path) -> dict[str, dict[str, Any]]:
                     "token_layer_sha256": token_layer,
                     "dataset_sha256": digest,
                     "wall_seconds": round(time.perf_counter() - started, 1),
+                    **peak_memory(),
                     "splits": splits,
                 }
                 write_json(tmp / ENCODER_SUMMARY, summary)
             summaries[encoder][dataset] = summary
     return summaries
+
+
+HDF5_BYTES_PER_LINE = 1024  # a feature line's dataset header and index entry, at most
+
+
+def feature_bytes(files: Mapping[str, EncoderFiles], sources: list[SplitSource], dtype: str) -> int:
+    """An upper bound of what extraction writes: per encoder and unit of every split,
+    ``(n_layers + 1) * 2 * projection_dim`` values of ``dtype``, plus per line
+    ``HDF5_BYTES_PER_LINE`` and its sidecar text."""
+    units = sum(sum(map(len, source.units())) for source in sources)
+    lines = sum(len(source.units()) for source in sources)
+    sidecar = sum(len(unit) + 1 for source in sources for line in source.units() for unit in line)
+    total = 0
+    for found in files.values():
+        options = found.options_only()
+        values = (options.lstm.n_layers + 1) * 2 * options.lstm.projection_dim
+        total += units * values * np.dtype(dtype).itemsize + lines * HDF5_BYTES_PER_LINE + sidecar
+    return total
+
+
+def _check_free_space(
+    out_dir: Path, files: Mapping[str, EncoderFiles], sources: list[SplitSource], dtype: str
+) -> None:
+    """Refuse, before anything is written, an extraction that cannot fit the free space."""
+    need = feature_bytes(files, sources, dtype)
+    folder = out_dir
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        raise ElmolabError(
+            f"extraction needs up to {need / 2**20:,.1f} MiB ({len(files)} encoders, "
+            f"{len(sources)} splits, {dtype}) but only {free / 2**20:,.1f} MiB is free there",
+            out_dir,
+        )
 
 
 def _selected(items: dict[str, Any], name: str | None, key: str) -> dict[str, Any]:

@@ -16,6 +16,8 @@ from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
+import h5py
+
 
 def _current_umask() -> int:
     mask = os.umask(0)
@@ -42,8 +44,9 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         yield tmp
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as error:
         tmp.unlink(missing_ok=True)
+        _name_output(error, target)
         raise
 
 
@@ -65,9 +68,42 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, target)
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
+        _name_output(error, target)
         raise
+
+
+def _name_output(error: BaseException, target: Path) -> None:
+    """Give an OSError that names no file (a failed ``write``: a full disk) the output's final
+    name, so the one line reporting it says which output could not be written."""
+    if isinstance(error, OSError) and error.filename is None:
+        error.filename = str(target)
+
+
+@contextlib.contextmanager
+def atomic_hdf5(path: str | os.PathLike[str]) -> Iterator[h5py.File]:
+    """Yield a new HDF5 file, open for writing, that appears at ``path`` only if the ``with``
+    block ends without an exception (then it is closed and renamed into place).
+
+    HDF5 writes through an unbuffered Python file (h5py's ``fileobj`` driver), so a failed write
+    (a full disk) raises ``OSError`` (errno 28) where it happens and the file still closes. With
+    HDF5's own POSIX driver such a failure surfaces only when h5py releases an object, where it
+    can only be printed, the writer carries on, and HDF5 (2.0) crashes with a segmentation fault
+    in a later write or in closing the file. The files are the same HDF5, byte for byte from one
+    run to the next.
+    """
+    with atomic_path(path) as tmp, open(tmp, "r+b", buffering=0) as raw:
+        file = h5py.File(raw, "w")
+        try:
+            yield file
+        except BaseException:
+            # The block's error is the one to report; closing after a failed write can fail
+            # too (h5py then raises from the driver's callbacks), which says nothing more.
+            with contextlib.suppress(Exception):
+                file.close()
+            raise
+        file.close()  # before the file object and the rename: HDF5 flushes here
 
 
 def _remove_stale_temporaries(target: Path) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import platform
+import resource
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,3 +89,16 @@ def choose_precision(
         "emulated bf16 is many times slower than float32",
         requested,
     )
+
+
+def peak_memory() -> dict[str, int]:
+    """This process's peak resident memory so far, and the largest of its finished child
+    processes' (workers), in bytes (``getrusage``'s ``ru_maxrss``; Linux counts KiB)::
+
+        {"peak_rss_bytes": int, "peak_rss_children_bytes": int}
+    """
+    scale = 1 if sys.platform == "darwin" else 1024  # macOS counts bytes
+    return {
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
+        "peak_rss_children_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale,
+    }

@@ -23,7 +23,7 @@ import h5py
 import numpy as np
 
 from elmolab.errors import ElmolabError
-from elmolab.fsutil import atomic_path
+from elmolab.fsutil import atomic_hdf5
 
 LAYER_MODES = ("all", "top", "average")
 STORAGE_DTYPES = ("float32", "float16")
@@ -87,7 +87,7 @@ def open_feature_writer(
         raise ValueError(f"layer mode must be one of {LAYER_MODES}, got {mode!r}")
     if dtype not in STORAGE_DTYPES:
         raise ValueError(f"storage dtype must be one of {STORAGE_DTYPES}, got {dtype!r}")
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as fout:
+    with atomic_hdf5(path) as fout:
         fout.attrs.update(attributes or {})
         writer = FeatureWriter(fout, mode, dtype)
         yield writer

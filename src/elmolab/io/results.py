@@ -114,9 +114,18 @@ def online_code_paths(probes_dir: Path) -> list[Path]:
     return sorted(probes_dir.glob(f"*/*/*/{SEED_PREFIX}*/{ONLINE_CODE_FILE}"))
 
 
-# Fields that record how long a computation took, or whether it resumed, not what it computed.
+# Fields that record how long a computation took, how much memory it held, or whether it
+# resumed, not what it computed.
 TIMING_FIELDS = frozenset(
-    {"wall_seconds", "tokens_per_second", "resumed", "seconds", "words_per_second"}
+    {
+        "wall_seconds",
+        "tokens_per_second",
+        "resumed",
+        "seconds",
+        "words_per_second",
+        "peak_rss_bytes",
+        "peak_rss_children_bytes",
+    }
 )
 
 
@@ -135,9 +144,9 @@ def reproducible_results(artifacts: Path) -> dict[str, Any]:
     (``ENCODER_SUMMARY``), without timings, and every test prediction file's text. Two runs of
     the same code on the same data and machine must agree on all of it."""
     probes = artifacts / "probes"
+    models = [artifacts / name / METRICS_FILE for name in ("bilm", "bilm_random")]
     files = [
-        artifacts / "bilm" / METRICS_FILE,
-        artifacts / "bilm_random" / METRICS_FILE,
+        *(path for path in models if path.is_file()),  # none in a study of external models
         *sorted(probes.rglob(METRICS_FILE)),
         *sorted(probes.rglob(ONLINE_CODE_FILE)),
         *sorted((artifacts / "features").glob(f"*/*/{ENCODER_SUMMARY}")),

@@ -56,6 +56,7 @@ from omegaconf import OmegaConf
 from elmolab.config import section
 from elmolab.errors import ElmolabError
 from elmolab.fsutil import atomic_dir, write_json
+from elmolab.hardware import peak_memory
 from elmolab.io.features import feature_path, summary_path
 from elmolab.io.results import (
     CONDITIONAL_MODES,
@@ -615,6 +616,7 @@ def _write_run(
         / metrics["encoder"]
         / run_folder(metrics["seed"], metrics["train_fraction"])
     )
+    metrics.update(peak_memory())  # kept in the run's results: a layer-0 twin copies them
     write_json(run_dir / METRICS_FILE, metrics)
     if settings.save_predictions:
         _write_lines(run_dir / PREDICTIONS_FILE, map(" ".join, result.test_predictions))

@@ -38,7 +38,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import h5py
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
@@ -48,8 +47,8 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from elmolab.errors import ElmolabError
 from elmolab.failpoints import failpoint
-from elmolab.fsutil import atomic_dir, atomic_path, write_json
-from elmolab.hardware import choose_precision
+from elmolab.fsutil import atomic_dir, atomic_hdf5, atomic_path, write_json
+from elmolab.hardware import choose_precision, peak_memory
 from elmolab.io.results import CURVE_COLUMNS, CURVE_FILE, METRICS_FILE
 from elmolab.models.bilm_tf import export_bilm, save_bilm_checkpoint
 from elmolab.text.vocab import Vocabulary
@@ -353,6 +352,7 @@ def pretrain(
         "steps": trainer.global_step,
         "tokens": trainer.global_step * throughput.tokens_per_step,
         "resumed": resume is not None,
+        **peak_memory(),
         "parameters": count_parameters(module),
         "model": model_cfg.options(),
         "model_name": model_cfg.name,
@@ -434,6 +434,7 @@ def random_control(
         "wall_seconds": round(time.perf_counter() - started, 1),
         "steps": 0,
         "tokens": 0,
+        **peak_memory(),
         "parameters": count_parameters(module),
         "model": model_cfg.options(),
         "model_name": model_cfg.name,
@@ -467,7 +468,7 @@ def export_model(
         save_bilm_checkpoint(module.bilm, tmp / "model.pt")
         export_bilm(module.bilm, tmp / "options.json", tmp / "weights.hdf5")
         if module.softmax.weight is not None:
-            with h5py.File(tmp / "softmax.hdf5", "w") as f:
+            with atomic_hdf5(tmp / "softmax.hdf5") as f:
                 f["softmax/W"] = module.softmax.weight.detach().numpy()
                 f["softmax/b"] = module.softmax.bias.detach().numpy()
         vocab.save(tmp / "vocab.txt")
