@@ -10,11 +10,12 @@ batch gathers its sentences' rows into padded ``(batch, time)`` tensors.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch.utils.data import Sampler
 
 # Word id of every word outside the vocabulary, and of padding (masked everywhere).
 UNKNOWN = 0
@@ -121,7 +122,16 @@ class PadBatch:
         return batch
 
 
-def length_sorted_batches(split: TaggingSplit, batch_size: int) -> list[list[int]]:
-    """Sentence indices in batches of similar lengths (evaluation: little padding)."""
-    order = np.argsort(np.asarray(split.sentence_lengths), kind="stable").tolist()
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+class LengthSortedBatches(Sampler[list[int]]):
+    """Evaluation batches: sentence indices in batches of similar lengths (little padding), the
+    same every time."""
+
+    def __init__(self, split: TaggingSplit, batch_size: int) -> None:
+        order = np.argsort(np.asarray(split.sentence_lengths), kind="stable").tolist()
+        self.batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches)

@@ -51,10 +51,10 @@ from elmolab.probing.tasks import DataCatalog, SplitSource, TaskConfig, read_spl
 from elmolab.probing.tasks import task_labels as read_task_labels
 from elmolab.report.stats import paired_t_test
 from elmolab.taskmodel.data import (
+    LengthSortedBatches,
     PadBatch,
     TaggingSplit,
     WordVocabulary,
-    length_sorted_batches,
 )
 from elmolab.taskmodel.model import BiLstmCrfTagger, TaggerModule, TaggerShape, sentence_f1
 
@@ -269,7 +269,7 @@ def train_one(
             batch_sampler=(
                 BucketBatches(split.sentence_lengths, config.batch_size, seed)
                 if role == "train"
-                else length_sorted_batches(split, config.eval_batch_size)
+                else LengthSortedBatches(split, config.eval_batch_size)
             ),
             collate_fn=PadBatch(split),
         )
