@@ -30,8 +30,8 @@ TAGS = ["B-X", "I-X", "O"]
 
 
 def _synthetic(sentences: int, seed: int, signal_in_layers: bool) -> TaggingSplit:
-    """IOB2 tags of random spans; each token's tag one-hot times 4 (plus unit noise) in 8 dimensions of
-    either the context-free vector or layer 2 of three layers (the others noise)."""
+    """IOB2 tags of random spans; each token's tag one-hot times 4 (plus unit noise) in 8
+    dimensions of either the context-free vector or layer 2 of three layers (the others noise)."""
     rng = np.random.default_rng(seed)
     tags, lengths = [], []
     for _ in range(sentences):
