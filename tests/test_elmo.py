@@ -253,7 +253,8 @@ def test_options_and_weights_of_different_shapes(fixture_dir: Path, tmp_path: Pa
     assert "\n" not in message
     assert re.fullmatch(
         rf"{re.escape(str(weights))}: dataset '[\w/]+' has shape \([\d, ]+\), "
-        r"options\.json imply \([\d, ]+\)",
+        rf"{re.escape(str(tmp_path / 'options.json'))} imply \([\d, ]+\) "
+        r"\(from 'lstm\.projection_dim' 8\)",
         message,
     ), message
 

@@ -32,6 +32,7 @@ LAYERS = (
         "elmolab.controls",
         "elmolab.extract",
         "elmolab.report",
+        "elmolab.taskmodel",
         "elmolab.wandb_report",
         "elmolab.cli",
     ),

@@ -1,0 +1,168 @@
+"""The task model: a BiLSTM-CRF tagger whose input may include ELMo's mix of the biLM's layers.
+
+For token ``k`` of a sentence the input is
+
+    x_k = [t_k ; E w_k ; gamma * sum_j softmax(s)_j h_{k,j}]
+
+``t_k`` the context-free vector (the token encoder's layer 0), ``E w_k`` the task model's own word
+embedding, and, with an ELMo input, the learned scalar mix of the mix encoder's layers ``h_j``
+(ELMo, Peters et al. 2018, eq. 1; ``elmolab.models.scalar_mix.HeadMix``, whose L2 penalty
+``lambda |s|^2`` joins the loss). The layers are frozen: they come from the extract stage's cache.
+After dropout, a bidirectional LSTM reads the sentence, a linear map gives each tag's emission
+score, and a linear-chain CRF (``torchcrf.CRF``, the pytorch-crf package) scores whole tag
+sequences: training minimizes the negative log-likelihood of the gold sequence per token, and
+prediction is the Viterbi sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torchcrf import CRF
+
+from elmolab.models.scalar_mix import FeatureMode, HeadMix
+from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score
+
+# HeadMix serves many heads; the tagger's one mix is head 0, reading minibatch 0.
+_ONE_HEAD = torch.zeros(1, dtype=torch.int64)
+
+
+@dataclass(frozen=True)
+class TaggerShape:
+    """The tagger's sizes (``taskmodel`` config, and the data)."""
+
+    num_tags: int
+    token_dim: int  # the context-free vector's width
+    num_words: int  # word embedding rows (WordVocabulary, UNKNOWN included)
+    word_dim: int  # 0: no word embedding
+    mix_layers: int  # layers of the ELMo mix; 0: no mix
+    mix_dim: int  # their width
+    hidden_dim: int  # LSTM cells per direction
+    lstm_layers: int
+    dropout: float
+    l2_lambda: float  # the mix weights' L2 penalty
+
+
+class BiLstmCrfTagger(nn.Module):
+    """Emission scores from a BiLSTM over the tokens' inputs, a CRF over the tag sequence (see
+    the module docstring)."""
+
+    def __init__(self, shape: TaggerShape) -> None:
+        super().__init__()
+        self.shape = shape
+        self.words = nn.Embedding(shape.num_words, shape.word_dim) if shape.word_dim else None
+        self.mix = (
+            HeadMix([FeatureMode.SCALAR_MIX], shape.mix_layers, shape.l2_lambda)
+            if shape.mix_layers
+            else None
+        )
+        width = shape.token_dim + shape.word_dim + (shape.mix_dim if shape.mix_layers else 0)
+        self.dropout = nn.Dropout(shape.dropout)
+        self.lstm = nn.LSTM(
+            width,
+            shape.hidden_dim,
+            num_layers=shape.lstm_layers,
+            bidirectional=True,
+            batch_first=True,
+            dropout=shape.dropout if shape.lstm_layers > 1 else 0.0,
+        )
+        self.emit = nn.Linear(2 * shape.hidden_dim, shape.num_tags)
+        self.crf = CRF(shape.num_tags, batch_first=True)
+
+    def inputs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``x`` ``(B, T, width)``: the context-free vector, word embedding and mix side by side."""
+        parts = [batch["token"]]  # (B, T, token_dim)
+        if self.words is not None:
+            parts.append(self.words(batch["words"]))  # (B, T, word_dim)
+        if self.mix is not None:
+            layers = batch["layers"][:, None]  # (L, 1, B, T, dim): one minibatch, one head
+            parts.append(self.mix(layers, _ONE_HEAD, _ONE_HEAD)[0])  # (B, T, dim)
+        return torch.cat(parts, dim=-1)
+
+    def emissions(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``(B, T, num_tags)`` the emission score of every tag at every position."""
+        x = self.dropout(self.inputs(batch))
+        packed = pack_padded_sequence(x, batch["lengths"], batch_first=True, enforce_sorted=False)
+        hidden, _ = pad_packed_sequence(
+            self.lstm(packed)[0], batch_first=True, total_length=x.shape[1]
+        )  # (B, T, 2 * hidden_dim)
+        return self.emit(self.dropout(hidden))
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The gold sequences' negative log-likelihood per token, plus the mix's L2 penalty."""
+        nll = -self.crf(self.emissions(batch), batch["tags"], batch["mask"], reduction="token_mean")
+        return nll + self.penalty()
+
+    def penalty(self) -> torch.Tensor:
+        """``lambda |s|^2`` of the learned mix weights (0 without a mix)."""
+        return self.mix.penalty(_ONE_HEAD)[0] if self.mix is not None else torch.zeros(())
+
+    def decode(self, batch: dict[str, torch.Tensor]) -> list[list[int]]:
+        """The Viterbi tag sequence of each sentence (its own length)."""
+        return self.crf.decode(self.emissions(batch), batch["mask"])
+
+    def mix_summary(self) -> tuple[list[float], float] | None:
+        """The mix's normalized weights ``softmax(s)`` and ``gamma`` (None without a mix)."""
+        return None if self.mix is None else self.mix.summary(0)
+
+
+class TaggerModule(pl.LightningModule):
+    """Lightning's view of a :class:`BiLstmCrfTagger`: Adam (the mix at its own rate), span F1 on
+    the dev split after each epoch (``dev/f1``, in percent, scored in the data's tag scheme by
+    ``elmolab.probing.metrics.task_score``), Viterbi predictions in ``predict_step``."""
+
+    def __init__(
+        self,
+        tagger: BiLstmCrfTagger,
+        vocabulary: LabelVocabulary,
+        dev_gold: list[list[int]],
+        lr: float,
+        mix_lr: float,
+    ) -> None:
+        super().__init__()
+        self.tagger = tagger
+        self.vocabulary = vocabulary
+        self.dev_gold = dev_gold
+        self.lr = lr
+        self.mix_lr = mix_lr
+        self._dev_predictions: dict[int, list[int]] = {}
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self.tagger.loss(batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["lengths"]))
+        return loss
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._dev_predictions.update(self.predict_step(batch, batch_idx))
+
+    def on_validation_epoch_end(self) -> None:
+        predicted = [self._dev_predictions.pop(i) for i in range(len(self.dev_gold))]
+        self.log("dev/f1", sentence_f1(self.vocabulary, self.dev_gold, predicted), prog_bar=True)
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[int, list[int]]:
+        """Sentence index -> its predicted tag ids."""
+        return dict(zip(batch["index"].tolist(), self.tagger.decode(batch), strict=True))
+
+    def configure_optimizers(self) -> Any:
+        mix = [] if self.tagger.mix is None else list(self.tagger.mix.parameters())
+        mixed = {id(p) for p in mix}
+        rest = [p for p in self.tagger.parameters() if id(p) not in mixed]
+        groups = [{"params": rest, "lr": self.lr}]
+        if mix:
+            groups.append({"params": mix, "lr": self.mix_lr})
+        return torch.optim.Adam(groups)
+
+
+def sentence_f1(
+    vocabulary: LabelVocabulary, gold: list[list[int]], predicted: list[list[int]]
+) -> float:
+    """Span F1 in percent of per-sentence tag ids, in the vocabulary's tag scheme."""
+    flat_gold = torch.tensor([t for s in gold for t in s], dtype=torch.int64)
+    flat_predicted = torch.tensor([t for s in predicted for t in s], dtype=torch.int64)
+    lengths = [len(s) for s in gold]
+    return 100.0 * task_score(TaskMetric.SPAN_F1, flat_predicted, flat_gold, lengths, vocabulary)

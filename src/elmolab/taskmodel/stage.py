@@ -1,0 +1,434 @@
+"""The ``taskmodel`` stage: a BiLSTM-CRF tagger trained on every input and seed, and the summary.
+
+The inputs, as the ELMo paper's Table 1 compares them (config ``taskmodel``, a
+:class:`TaskModelConfig`):
+
+- ``baseline``: the context-free vector (the ``token_encoder``'s layer 0) and the task model's own
+  word embedding;
+- ``elmo_<encoder>``, for each of ``mix_encoders``: the same with the learned scalar mix of that
+  encoder's layers beside them, frozen (the extract stage's cached features). With the trained
+  biLM it is ELMo; the random and token_only encoders are controls of where the gain comes from.
+
+Output (``<out>``, written whole or not at all)::
+
+    <input>/seed<k>/metrics.json            dev_f1, test_f1, best_epoch, history, the mix, ...
+    <input>/seed<k>/test_predictions.txt    one test sentence a line, tags in the data's scheme
+    metrics.json                            the summary (:func:`summarize`)
+    table.md                                the summary as a Markdown table
+
+F1 is span F1 in percent, scored as ``elmolab.probing.metrics`` scores the probes (conlleval's
+count, in the data's tag scheme). The error is ``100 - F1``; ``elmo_<encoder>`` against the
+baseline reports the absolute error reduction ``F1_x - F1_b`` (points) and the relative one
+``(F1_x - F1_b) / (100 - F1_b)``, of the means over seeds, with a paired t-test over seeds
+(``elmolab.report.stats.paired_t_test``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from torch.utils.data import DataLoader, Sampler
+
+from elmolab.errors import ElmolabError
+from elmolab.fsutil import atomic_dir, write_json
+from elmolab.io.features import feature_path
+from elmolab.io.results import METRICS_FILE, PREDICTIONS_FILE, SEED_PREFIX
+from elmolab.probing.datasets import FeatureDataset, standardize_layers
+from elmolab.probing.metrics import LabelVocabulary
+from elmolab.probing.tasks import DataCatalog, SplitSource, TaskConfig, read_split_features
+from elmolab.probing.tasks import task_labels as read_task_labels
+from elmolab.report.stats import paired_t_test
+from elmolab.taskmodel.data import (
+    LengthSortedBatches,
+    PadBatch,
+    TaggingSplit,
+    WordVocabulary,
+)
+from elmolab.taskmodel.model import BiLstmCrfTagger, TaggerModule, TaggerShape, sentence_f1
+
+log = logging.getLogger("elmolab.taskmodel")
+
+BASELINE = "baseline"
+MIX_PREFIX = "elmo_"
+TABLE_FILE = "table.md"
+ROLES = ("train", "dev", "test")
+# Batches of similar length are cut from runs of this many batches' sentences (less padding).
+BUCKET_BATCHES = 50
+
+
+@dataclass
+class TaskModelConfig:
+    """Schema of the ``taskmodel`` section (``conf/taskmodel/default.yaml`` gives every value)."""
+
+    name: str  # the task's name in the results
+    train: str  # "<dataset>/<split>", the dataset a key of extract.datasets
+    dev: str  # selects the epoch
+    test: str  # scored once, with the best dev state
+    field: str  # the label field of the reader's sentence records
+    unseen: str  # a dev/test tag absent from train: raise or keep
+    features_dir: str  # the extract stage's folder: <features_dir>/<encoder>/<dataset>/
+    token_encoder: str  # whose layer 0 is every input's context-free vector
+    mix_encoders: list[str]  # one ELMo input per encoder
+    seeds: list[int]
+    max_epochs: int
+    patience: int  # epochs without a better dev F1 before stopping
+    batch_size: int  # sentences per training batch
+    eval_batch_size: int  # sentences per evaluation batch
+    lr: float  # Adam's learning rate of the tagger
+    mix_lr: float  # Adam's learning rate of the mix (its weights and gamma)
+    l2_lambda: float  # the mix weights' L2 penalty
+    word_dim: int  # the learned word embedding's width (0: none)
+    min_word_count: int  # training words seen fewer times share the unknown word's vector
+    hidden_dim: int  # LSTM cells per direction
+    lstm_layers: int
+    dropout: float
+    gradient_clip: float  # clip the gradient's norm at this
+    standardize: bool  # each layer's dimensions by their train mean and deviation
+    num_threads: int  # torch threads
+    inputs: list[str] = field(default_factory=list)  # filled in: baseline, elmo_<encoder>, ...
+
+    def __post_init__(self) -> None:
+        self.inputs = [BASELINE, *(MIX_PREFIX + name for name in self.mix_encoders)]
+
+    def task(self) -> TaskConfig:
+        """The task's splits and labels as a probing task (span F1 on a token field)."""
+        task = TaskConfig(
+            name=self.name,
+            kind="token",
+            train=self.train,
+            dev=self.dev,
+            test=self.test,
+            field=self.field,
+            metric="span_f1",
+            unseen=self.unseen,
+            control_seed=None,
+            wordnet=None,
+            family="semantic",
+        )
+        task.check()
+        return task
+
+    def check(self) -> None:
+        """Reject settings that cannot run, naming the key."""
+        if not self.seeds:
+            raise ElmolabError("taskmodel.seeds: at least one seed")
+        if len(set(self.mix_encoders)) != len(self.mix_encoders):
+            raise ElmolabError(f"taskmodel.mix_encoders: repeated names in {self.mix_encoders}")
+        for key in ("max_epochs", "batch_size", "eval_batch_size", "hidden_dim", "lstm_layers"):
+            if getattr(self, key) < 1:
+                raise ElmolabError(f"taskmodel.{key}: must be at least 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ElmolabError(f"taskmodel.dropout: {self.dropout} is not in [0, 1)")
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """What every input shares: the split sources, tag and word ids, context-free vectors."""
+
+    sources: dict[str, SplitSource]
+    vocabulary: LabelVocabulary
+    tags: dict[str, list[list[int]]]  # role -> per sentence
+    words: WordVocabulary
+    word_ids: dict[str, torch.Tensor]  # role -> (tokens,)
+    token: dict[str, torch.Tensor]  # role -> (tokens, token_dim)
+
+
+def load_task_data(config: TaskModelConfig, catalog: DataCatalog) -> TaskData:
+    """Read the splits, their tags and the token encoder's layer 0 (standardized as configured)."""
+    task = config.task()
+    sources = {role: catalog.read(*ref) for role, ref in task.split_refs().items()}
+    labels = read_task_labels(task, sources)
+    words = WordVocabulary((s.tokens for s in sources["train"].sentences), config.min_word_count)
+    word_ids = {
+        role: torch.tensor(
+            [i for s in words.encode(x.tokens for x in source.sentences) for i in s],
+            dtype=torch.int64,
+        )
+        for role, source in sources.items()
+    }
+    layers = encoder_layers(config, config.token_encoder, sources, labels.labels)
+    token = {role: split.features[0].clone() for role, split in layers.items()}
+    return TaskData(sources, labels.vocabulary, labels.labels, words, word_ids, token)
+
+
+def encoder_layers(
+    config: TaskModelConfig,
+    encoder: str,
+    sources: dict[str, SplitSource],
+    tags: dict[str, list[list[int]]],
+) -> dict[str, FeatureDataset]:
+    """Role -> an encoder's cached layers ``(num_layers, tokens, dim)`` of that split, checked
+    against the data (tokens, counts: an ElmolabError names the file and line), standardized by
+    the train split's statistics if ``config.standardize``."""
+    encoder_dir = Path(config.features_dir) / encoder
+    splits = {
+        role: FeatureDataset.from_sentences(
+            read_split_features(encoder_dir, source),
+            tags[role],
+            path=feature_path(encoder_dir, source.dataset, source.split),
+        )
+        for role, source in sources.items()
+    }
+    if config.standardize:
+        standardize_layers(splits)
+    return splits
+
+
+class BucketBatches(Sampler[list[int]]):
+    """Training batches: a fresh permutation each epoch (from ``seed``), cut into runs of
+    :data:`BUCKET_BATCHES` batches, each run sorted by length and cut into batches, the batches
+    shuffled; similar lengths pad little, and every epoch's batches differ."""
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int) -> None:
+        self.lengths = np.asarray(lengths)
+        self.batch_size = batch_size
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.lengths) / self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = self.rng.permutation(len(self.lengths))
+        run = self.batch_size * BUCKET_BATCHES
+        batches = []
+        for start in range(0, len(order), run):
+            chunk = order[start : start + run]
+            chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+            batches += [
+                chunk[i : i + self.batch_size].tolist()
+                for i in range(0, len(chunk), self.batch_size)
+            ]
+        yield from (batches[i] for i in self.rng.permutation(len(batches)))
+
+
+class EpochRecord(Callback):
+    """Each epoch's mean training loss and dev F1 (``history``), logged as a line."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.history: list[dict[str, float]] = []
+        self._start = time.perf_counter()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        metrics = trainer.callback_metrics
+        entry = {"epoch": trainer.current_epoch + 1, "dev_f1": float(metrics["dev/f1"])}
+        if "train/loss" in metrics:
+            entry["train_loss"] = float(metrics["train/loss"])
+        self.history.append(entry)
+        log.info(
+            "%s: epoch %d, dev F1 %.2f, %.0f s",
+            self.label,
+            entry["epoch"],
+            entry["dev_f1"],
+            time.perf_counter() - self._start,
+        )
+
+
+def train_one(
+    config: TaskModelConfig,
+    data: TaskData,
+    splits: dict[str, TaggingSplit],
+    seed: int,
+    label: str,
+) -> tuple[dict[str, Any], list[list[int]]]:
+    """Train the tagger on ``splits`` with ``seed``; its record and test predictions (the best
+    dev epoch's state, restored from Lightning's checkpoint)."""
+    torch.manual_seed(seed)
+    train = splits["train"]
+    layers = train.layers
+    shape = TaggerShape(
+        num_tags=len(data.vocabulary),
+        token_dim=train.token.shape[1],
+        num_words=len(data.words),
+        word_dim=config.word_dim,
+        mix_layers=0 if layers is None else layers.shape[0],
+        mix_dim=0 if layers is None else layers.shape[2],
+        hidden_dim=config.hidden_dim,
+        lstm_layers=config.lstm_layers,
+        dropout=config.dropout,
+        l2_lambda=config.l2_lambda,
+    )
+    dev_gold = splits["dev"].gold_sentences()
+    module = TaggerModule(
+        BiLstmCrfTagger(shape), data.vocabulary, dev_gold, config.lr, config.mix_lr
+    )
+    loaders = {
+        role: DataLoader(
+            range(len(split)),
+            batch_sampler=(
+                BucketBatches(split.sentence_lengths, config.batch_size, seed)
+                if role == "train"
+                else LengthSortedBatches(split, config.eval_batch_size)
+            ),
+            collate_fn=PadBatch(split),
+        )
+        for role, split in splits.items()
+    }
+    record = EpochRecord(label)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="taskmodel-") as checkpoints:
+        best = ModelCheckpoint(checkpoints, "best", monitor="dev/f1", mode="max", save_top_k=1)
+        trainer = pl.Trainer(
+            accelerator="cpu",
+            devices=1,
+            max_epochs=config.max_epochs,
+            gradient_clip_val=config.gradient_clip,
+            callbacks=[best, EarlyStopping("dev/f1", mode="max", patience=config.patience), record],
+            logger=False,
+            enable_progress_bar=sys.stdout.isatty(),
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            default_root_dir=checkpoints,
+        )
+        trainer.fit(module, loaders["train"], loaders["dev"])
+        state = torch.load(best.best_model_path, map_location="cpu", weights_only=False)
+        module.load_state_dict(state["state_dict"])
+        found: dict[int, list[int]] = {}
+        for batch in trainer.predict(module, loaders["test"]) or []:
+            found.update(batch)  # type: ignore[arg-type]
+    predicted = [found[i] for i in range(len(splits["test"]))]
+    mix = module.tagger.mix_summary()
+    result = {
+        "task": config.name,
+        "input": label.split("/")[0],
+        "seed": seed,
+        "metric": "span_f1",
+        "dev_f1": float(best.best_model_score),
+        "test_f1": sentence_f1(data.vocabulary, splits["test"].gold_sentences(), predicted),
+        "best_epoch": max(record.history, key=lambda e: e["dev_f1"])["epoch"],
+        "epochs": len(record.history),
+        "hit_epoch_cap": len(record.history) == config.max_epochs,
+        "history": record.history,
+        "mix_weights": None if mix is None else mix[0],
+        "gamma": None if mix is None else mix[1],
+        "parameters": sum(p.numel() for p in module.tagger.parameters()),
+        "wall_seconds": time.perf_counter() - start,
+    }
+    return result, predicted
+
+
+def input_splits(config: TaskModelConfig, data: TaskData, name: str) -> dict[str, TaggingSplit]:
+    """Role -> the tagging split of input ``name`` (baseline, or elmo_<encoder>: its layers)."""
+    layers = None
+    if name != BASELINE:
+        encoder = name.removeprefix(MIX_PREFIX)
+        loaded = encoder_layers(config, encoder, data.sources, data.tags)
+        layers = {role: split.features for role, split in loaded.items()}
+    return {
+        role: TaggingSplit(
+            token=data.token[role],
+            layers=None if layers is None else layers[role],
+            words=data.word_ids[role],
+            tags=torch.tensor([t for s in data.tags[role] for t in s], dtype=torch.int64),
+            sentence_lengths=tuple(len(s) for s in data.tags[role]),
+        )
+        for role in ROLES
+    }
+
+
+def run_taskmodel(config: TaskModelConfig, catalog: DataCatalog, out_dir: Path) -> dict[str, Any]:
+    """Every input and seed of ``config``; writes ``out_dir`` (module docstring) and returns the
+    summary."""
+    config.check()
+    torch.set_num_threads(config.num_threads)
+    start = time.perf_counter()
+    data = load_task_data(config, catalog)
+    results = []
+    with atomic_dir(out_dir) as tmp:
+        for name in config.inputs:
+            splits = input_splits(config, data, name)
+            for seed in config.seeds:
+                result, predicted = train_one(config, data, splits, seed, f"{name}/seed{seed}")
+                run_dir = tmp / name / f"{SEED_PREFIX}{seed}"
+                write_json(run_dir / METRICS_FILE, result)
+                lengths = [len(s) for s in predicted]
+                flat = torch.tensor([t for s in predicted for t in s], dtype=torch.int64)
+                tags = data.vocabulary.decode_in_data_scheme(flat, lengths)
+                text = "".join(" ".join(s) + "\n" for s in tags)
+                (run_dir / PREDICTIONS_FILE).write_text(text, encoding="utf-8")
+                results.append(result)
+            del splits
+        summary = summarize(results, config.inputs)
+        summary["wall_seconds"] = time.perf_counter() - start
+        write_json(tmp / METRICS_FILE, summary)
+        (tmp / TABLE_FILE).write_text(markdown_table(summary), encoding="utf-8")
+    return summary
+
+
+def summarize(results: Sequence[dict[str, Any]], inputs: Sequence[str]) -> dict[str, Any]:
+    """Per input: the test F1 of each seed, their mean and sample standard deviation (None for one
+    seed), the dev mean; per input but the baseline: its comparison (:func:`error_reduction`)."""
+    by_input: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in inputs}
+    for result in results:
+        by_input[result["input"]][result["seed"]] = result
+    table = {}
+    for name, runs in by_input.items():
+        test = [runs[seed]["test_f1"] for seed in sorted(runs)]
+        table[name] = {
+            "seeds": sorted(runs),
+            "test_f1": test,
+            "mean": float(np.mean(test)),
+            "std": float(np.std(test, ddof=1)) if len(test) > 1 else None,
+            "dev_mean": float(np.mean([runs[seed]["dev_f1"] for seed in sorted(runs)])),
+        }
+    base = by_input[BASELINE]
+    comparisons = {}
+    for name in inputs[1:]:
+        paired = [seed for seed in sorted(by_input[name]) if seed in base]
+        comparisons[name] = error_reduction(
+            [base[seed]["test_f1"] for seed in paired],
+            [by_input[name][seed]["test_f1"] for seed in paired],
+        )
+    return {"metric": "span_f1", "inputs": table, "vs_baseline": comparisons}
+
+
+def error_reduction(baseline: Sequence[float], other: Sequence[float]) -> dict[str, Any]:
+    """``other`` against ``baseline``, F1 in percent of the same seeds in the same order.
+
+    ``absolute``: ``mean(other) - mean(baseline)`` in points, the error ``100 - F1`` reduced by
+    that much; ``relative``: that over the baseline's error ``100 - mean(baseline)``, in percent;
+    ``p_value``: a two-sided paired t-test over the seeds (None for fewer than 2)."""
+    base, mean = float(np.mean(baseline)), float(np.mean(other))
+    absolute = mean - base
+    return {
+        "absolute": absolute,
+        "relative": 100.0 * absolute / (100.0 - base) if base < 100.0 else None,
+        "p_value": paired_t_test(list(baseline), list(other)) if len(baseline) > 1 else None,
+        "test": f"paired t-test over {len(baseline)} seeds" if len(baseline) > 1 else "none",
+    }
+
+
+def markdown_table(summary: dict[str, Any]) -> str:
+    """The summary as a Markdown table: input, test F1 mean ± std (seeds), and against the
+    baseline the absolute and relative error reduction and the p-value."""
+    lines = [
+        "| input | test F1 (mean ± std) | seeds | error reduction, absolute | relative | p |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, row in summary["inputs"].items():
+        spread = "" if row["std"] is None else f" ± {row['std']:.2f}"
+        cells = [name, f"{row['mean']:.2f}{spread}", str(len(row["seeds"]))]
+        versus = summary["vs_baseline"].get(name)
+        if versus is None:
+            cells += ["", "", ""]
+        else:
+            relative = versus["relative"]
+            cells += [
+                f"{versus['absolute']:+.2f}",
+                "" if relative is None else f"{relative:+.1f}%",
+                "" if versus["p_value"] is None else f"{versus['p_value']:.3g}",
+            ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

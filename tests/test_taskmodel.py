@@ -1,0 +1,170 @@
+"""The task-model stage: the BiLSTM-CRF tagger learns (real Lightning), the stage runs end to end
+on tiny extracted features (real HDF5) with its error reductions computed right, and a feature
+file that does not match the labels fails with one line."""
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from elmolab.config import section
+from elmolab.extract import ExtractConfig
+from elmolab.probing.metrics import LabelVocabulary
+from elmolab.taskmodel.data import TaggingSplit, WordVocabulary
+from elmolab.taskmodel.stage import (
+    TaskData,
+    TaskModelConfig,
+    error_reduction,
+    run_taskmodel,
+    train_one,
+)
+from tests.conftest import expect_error
+from tests.fixtures.workspace import make_workspace
+
+TAGS = ["B-X", "I-X", "O"]
+
+
+def _synthetic(sentences: int, seed: int, signal_in_layers: bool) -> TaggingSplit:
+    """IOB2 tags of random spans; each token's tag one-hot times 4 (plus unit noise) in 8
+    dimensions of either the context-free vector or layer 2 of three layers (the others noise)."""
+    rng = np.random.default_rng(seed)
+    tags, lengths = [], []
+    for _ in range(sentences):
+        n = int(rng.integers(3, 12))
+        sentence, inside = [], False
+        for _ in range(n):
+            draw = rng.random()
+            tag = "O" if draw < 0.5 else "B-X" if draw < 0.75 or not inside else "I-X"
+            inside = tag != "O"
+            sentence.append(TAGS.index(tag))
+        tags += sentence
+        lengths.append(n)
+    ids = torch.tensor(tags)
+    signal = torch.nn.functional.one_hot(ids, 8).float() * 4  # (tokens, 8)
+    noise = torch.from_numpy(rng.normal(size=(4, len(tags), 8))).float()  # (4, tokens, 8)
+    layers = noise[1:].clone()
+    token = noise[0]
+    if signal_in_layers:
+        layers[2] += signal
+    else:
+        token = token + signal
+    return TaggingSplit(
+        token, layers, torch.zeros(len(tags), dtype=torch.int64), ids, tuple(lengths)
+    )
+
+
+def _config(**changes) -> TaskModelConfig:
+    values = dict(
+        name="toy", train="toy/train", dev="toy/dev", test="toy/test", field="tags",
+        unseen="raise", features_dir="", token_encoder="trained", mix_encoders=[], seeds=[1],
+        max_epochs=10, patience=10, batch_size=16, eval_batch_size=64, lr=0.01, mix_lr=0.05,
+        l2_lambda=0.0, word_dim=0, min_word_count=1, hidden_dim=16, lstm_layers=1, dropout=0.0,
+        gradient_clip=5.0, standardize=False, num_threads=1,
+    )  # fmt: skip
+    values.update(changes)
+    return TaskModelConfig(**values)
+
+
+def test_the_tagger_learns_a_tagging_task_through_the_elmo_mix() -> None:
+    data = TaskData({}, LabelVocabulary(TAGS), {}, WordVocabulary([], 1), {}, {})
+    config = _config()
+    sizes = {"train": (300, 1), "dev": (60, 2), "test": (60, 3)}
+    with_mix = {role: _synthetic(n, seed, True) for role, (n, seed) in sizes.items()}
+    result, predicted = train_one(config, data, with_mix, seed=1, label="elmo_toy/seed1")
+    assert result["test_f1"] > 95.0, result
+    assert len(predicted) == 60 and [len(p) for p in predicted] == list(
+        with_mix["test"].sentence_lengths
+    )
+    weights = result["mix_weights"]
+    assert weights is not None and weights[2] == max(weights)  # the mix found the signal's layer
+    # The same tags without the layers: the context-free vector is noise, so no span is learned.
+    baseline = {
+        role: TaggingSplit(s.token, None, s.words, s.tags, s.sentence_lengths)
+        for role, s in with_mix.items()
+    }
+    result, _ = train_one(config, data, baseline, seed=1, label="baseline/seed1")
+    assert result["test_f1"] < 60.0 and result["mix_weights"] is None
+
+
+def test_error_reduction_by_hand() -> None:
+    found = error_reduction([90.0, 92.0], [92.5, 93.5])
+    assert found["absolute"] == pytest.approx(2.0)
+    assert found["relative"] == pytest.approx(100 * 2.0 / 9.0)  # error 9 -> 7
+    # differences 2.5 and 1.5: t = 2 / (sqrt(0.5) / sqrt(2)) = 4 on 1 degree of freedom, whose
+    # two-sided p-value is 1 - 2 atan(4) / pi (Student's t with 1 df is Cauchy)
+    assert found["p_value"] == pytest.approx(1 - 2 * math.atan(4) / math.pi)
+    assert error_reduction([90.0], [92.0])["p_value"] is None
+
+
+@pytest.fixture(scope="module")
+def workspace(data_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("taskmodel")
+    overrides = [
+        "extract.dataset=conll2003",
+        "taskmodel.seeds=[1,2]",
+        "taskmodel.max_epochs=2",
+        "taskmodel.hidden_dim=8",
+        "taskmodel.word_dim=4",
+        "taskmodel.num_threads=1",
+        "taskmodel.unseen=keep",
+    ]
+    return root, make_workspace(data_dir, root, *overrides)
+
+
+def test_the_stage_writes_every_run_and_the_summary(workspace) -> None:
+    root, cfg = workspace
+    config = section(cfg, "taskmodel", TaskModelConfig)
+    out = root / "artifacts" / "taskmodel"
+    run_taskmodel(config, section(cfg, "extract", ExtractConfig).catalog(), out)
+    summary = json.loads((out / "metrics.json").read_text())
+    inputs = ["baseline", "elmo_trained", "elmo_random", "elmo_token_only"]
+    assert list(summary["inputs"]) == inputs and list(summary["vs_baseline"]) == inputs[1:]
+    test_sentences = len((root / "data/probing/conll2003/eng.testb").read_text().split("\n\n"))
+    runs = {}
+    for name in inputs:
+        for seed in (1, 2):
+            run = json.loads((out / name / f"seed{seed}" / "metrics.json").read_text())
+            assert (run["input"], run["seed"], run["epochs"]) == (name, seed, 2)
+            assert (run["mix_weights"] is None) == (name == "baseline")
+            lines = (out / name / f"seed{seed}" / "test_predictions.txt").read_text().splitlines()
+            assert 0 < len(lines) <= test_sentences
+            runs[name, seed] = run["test_f1"]
+    for name in inputs[1:]:
+        base, mine = [runs["baseline", s] for s in (1, 2)], [runs[name, s] for s in (1, 2)]
+        versus = summary["vs_baseline"][name]
+        assert summary["inputs"][name]["mean"] == pytest.approx(np.mean(mine))
+        assert summary["inputs"][name]["std"] == pytest.approx(np.std(mine, ddof=1))
+        assert versus["absolute"] == pytest.approx(np.mean(mine) - np.mean(base))
+        assert versus["relative"] == pytest.approx(
+            100 * (np.mean(mine) - np.mean(base)) / (100 - np.mean(base))
+        )
+        assert versus["test"] == "paired t-test over 2 seeds"
+    table = (out / "table.md").read_text()
+    assert all(f"| {name} |" in table for name in inputs)
+
+
+def test_features_that_do_not_match_the_labels_name_the_file(workspace, tmp_path: Path) -> None:
+    root, cfg = workspace
+    features = tmp_path / "features"
+    shutil.copytree(root / "artifacts" / "features", features)
+    bad = features / "random" / "conll2003" / "dev.hdf5"
+    with h5py.File(bad, "r+") as file:
+        line = file["0"][()]
+        del file["0"]
+        file["0"] = line[:, :-1]  # one token vector short
+    config = section(cfg, "taskmodel", TaskModelConfig)
+    config.features_dir = str(features)
+    catalog = section(cfg, "extract", ExtractConfig).catalog()
+    n = line.shape[1]
+    expect_error(
+        lambda: run_taskmodel(config, catalog, tmp_path / "out"),
+        bad,
+        None,
+        f"line index 0: {n - 1} token vectors, expected {n}",
+    )
+    assert not (tmp_path / "out").exists()
