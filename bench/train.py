@@ -1,10 +1,18 @@
-"""Pretraining throughput: tokens/s of a preset in fp32 and bf16-mixed, against the machine.
+"""Pretraining throughput: tokens/s of every LSTM path of a preset side by side, against the CPU.
 
-Prints, measured in this one run on this machine (CPU model first): the fp32 matmul rate
-(GFLOP/s), the model's FLOP per training token (forward + backward = 3x the forward matmuls), the
-training tokens/s of the real Lightning training loop (Trainer, data module, the configured
-softmax) in fp32 and, where the CPU runs bf16 natively (or --precisions asks), bf16-mixed, and the
-model FLOP rate as a fraction of the fp32 matmul rate.
+Prints, measured in this one run on this machine (CPU model first): the fp32 and bf16 matmul
+rates (GFLOP/s), the model's FLOP per training token (forward + backward = 3x the forward
+matmuls), and for each LSTM path, batch size and precision the training tokens/s of the real
+Lightning training loop (Trainer, data module, the configured softmax) with the model FLOP rate
+as a share of both matmul rates. The paths (``pretrain.lstm_path``):
+
+- ``cell``: bilm-tf's cell with its clips (``--clip``, bilm-tf's 3): the old CPU default;
+- ``compiled``: the same clipped cell through torch.compile (the compilation falls in the
+  untimed warm-up steps; its seconds are printed apart);
+- ``fused``: PyTorch's fused LSTM kernel, the model without clips: the new CPU default.
+
+The ratio of each path to the first one is printed too: other jobs on the machine move the
+absolute figures, much less their ratio.
 
 The char CNN's FLOP are counted two ways: per position (every token of both streams, every
 filter over every valid window, as a textbook count would) and as the model computes them (once
@@ -12,14 +20,17 @@ per distinct token of a batch, in chunks of 32 tokens sorted by length, each chu
 its longest token plus the widest filter, every filter zero-padded to the widest): counted on
 real training batches. The rate and the share of the matmul rate use the second count.
 
-Run: .venv/bin/python bench/train.py [--model cpu_default] [--steps 40] [--threads 2]
-(needs artifacts/corpus: `dvc repro prepare`). A GPU run: --model elmo_small --accelerator gpu.
-Idle OpenMP threads spin (OMP_WAIT_POLICY=ACTIVE, as the stage) unless the environment sets it.
+Run: .venv/bin/python bench/train.py [--model cpu_default] [--steps 20] [--threads 2]
+[--paths cell compiled fused] [--batch-sizes 128 256] (needs artifacts/corpus: `dvc repro
+prepare`). Precision: the stage's automatic choice unless --precisions names some. A GPU run:
+--model elmo_small --accelerator gpu. Idle OpenMP threads spin (OMP_WAIT_POLICY=ACTIVE, as the
+stage) unless the environment sets it.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import sys
@@ -32,7 +43,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from elmolab.config import section
-from elmolab.hardware import cpu_model, native_bf16_flags
+from elmolab.hardware import choose_precision, cpu_model, native_bf16_flags
 from elmolab.models.char_cnn import length_chunks
 from elmolab.params import compose_params
 from elmolab.text.vocab import Vocabulary
@@ -103,6 +114,7 @@ def flop_per_token(
 class _Timer(pl.Callback):
     def __init__(self, warmup: int) -> None:
         self.warmup, self.steps, self.seconds, self._t = warmup, 0, 0.0, 0.0
+        self.warmup_seconds = 0.0
 
     def on_train_batch_start(self, *args: object) -> None:
         self._t = time.perf_counter()
@@ -111,6 +123,8 @@ class _Timer(pl.Callback):
         self.steps += 1
         if self.steps > self.warmup:
             self.seconds += time.perf_counter() - self._t
+        else:
+            self.warmup_seconds += time.perf_counter() - self._t
 
 
 def tokens_per_second(
@@ -121,7 +135,8 @@ def tokens_per_second(
     precision: str,
     steps: int,
     accelerator: str,
-) -> float:
+) -> tuple[float, float]:
+    """Training tokens/s after the warm-up steps, and the seconds of the warm-up steps."""
     pl.seed_everything(1, verbose=False)
     data = LMDataModule(corpus, settings.batch_size, settings.unroll_steps, seed=1)
     module = make_module(model, settings, vocab_size)
@@ -142,22 +157,46 @@ def tokens_per_second(
     )
     trainer.fit(module, datamodule=data)
     measured = timer.steps - warmup
-    return measured * settings.batch_size * settings.unroll_steps / timer.seconds
+    tps = measured * settings.batch_size * settings.unroll_steps / timer.seconds
+    return tps, timer.warmup_seconds
+
+
+def path_config(
+    model: ModelConfig, settings: PretrainConfig, path: str, clip: float, batch_size: int
+) -> tuple[ModelConfig, PretrainConfig]:
+    """The preset run on ``path``: with clips ``clip`` on the cell paths, without on fused."""
+    value = None if path == "fused" else clip
+    lstm = {**model.lstm, "cell_clip": value, "proj_clip": value}
+    return (
+        dataclasses.replace(model, lstm=lstm),
+        dataclasses.replace(settings, lstm_path=path, batch_size=batch_size),
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="cpu_default", help="a conf/model preset")
-    parser.add_argument("--steps", type=int, default=40, help="training steps per precision")
+    parser.add_argument("--steps", type=int, default=20, help="training steps per measurement")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--corpus", type=Path, default=ROOT / "artifacts" / "corpus")
     parser.add_argument(
+        "--paths",
+        nargs="+",
+        default=["cell", "compiled", "fused"],
+        choices=["cell", "compiled", "fused"],
+        help="LSTM paths to measure (the first is the baseline of the ratios)",
+    )
+    parser.add_argument("--clip", type=float, default=3.0, help="cell and proj clip, cell paths")
+    parser.add_argument(
+        "--batch-sizes", nargs="+", type=int, default=None, help="default: the preset's"
+    )
+    parser.add_argument(
         "--precisions",
         nargs="+",
         default=None,
-        help="Lightning precisions (default: 32-true, and bf16-mixed where the CPU runs bf16 "
-        "natively or on a GPU)",
+        help="Lightning precisions (default: the stage's automatic choice: bf16-mixed where the "
+        "CPU runs bf16 natively or on a GPU, 32-true elsewhere)",
     )
     args = parser.parse_args()
     if "OMP_WAIT_POLICY" not in os.environ:
@@ -166,13 +205,11 @@ def main() -> None:
         os.environ["OMP_WAIT_POLICY"] = "ACTIVE"
         os.execv(sys.executable, [sys.executable, *sys.argv])
     torch.set_num_threads(args.threads)
-    precisions = args.precisions
-    if precisions is None:
-        native = args.accelerator != "cpu" or native_bf16_flags()
-        precisions = ["32-true", "bf16-mixed"] if native else ["32-true"]
+    precisions = args.precisions or [choose_precision("auto", args.accelerator).precision]
     cfg = OmegaConf.create(yaml.safe_load(compose_params(ROOT / "conf", [f"model={args.model}"])))
     model = section(cfg, "model", ModelConfig)
     settings = section(cfg, "pretrain", PretrainConfig)
+    batch_sizes = args.batch_sizes or [settings.batch_size]
     vocab_size = len(Vocabulary.from_file(args.corpus / "vocab.txt"))
     data = LMDataModule(args.corpus, settings.batch_size, settings.unroll_steps, seed=1)
     data.setup("fit")
@@ -180,18 +217,25 @@ def main() -> None:
     per_position = per_position_token_flop(model)
     computed = computed_token_flop(model, data)
     flop = flop_per_token(model, settings, vocab_size, computed)
-    rate = matmul_gflops() if args.accelerator == "cpu" else math.nan
+    on_cpu = args.accelerator == "cpu"
+    rates = {
+        "fp32": matmul_gflops() if on_cpu else math.nan,
+        "bf16": matmul_gflops(dtype=torch.bfloat16) if on_cpu else math.nan,
+    }
     shared = " shared by both directions" if settings.softmax.share_negatives else " per direction"
     print(
         f"CPU: {cpu_model()}; native bf16: {', '.join(native_bf16_flags()) or 'no'}; "
         f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}"
     )
     print(
-        f"model {args.model}: batch {settings.batch_size} x unroll {settings.unroll_steps}, "
-        f"softmax {settings.softmax.kind} ({settings.softmax.n_negative_samples} negatives"
-        f"{shared}), vocabulary {vocab_size:,}, {args.threads} threads"
+        f"model {args.model}: unroll {settings.unroll_steps}, softmax {settings.softmax.kind} "
+        f"({settings.softmax.n_negative_samples} negatives{shared}), vocabulary {vocab_size:,}, "
+        f"{args.threads} threads, {args.steps} steps per row ({max(3, args.steps // 5)} warm-up)"
     )
-    print(f"fp32 matmul rate (2048^3, measured): {rate:8.1f} GFLOP/s")
+    print(
+        f"matmul rate (2048^3, measured): fp32 {rates['fp32']:.1f} GFLOP/s, "
+        f"bf16 {rates['bf16']:.1f} GFLOP/s"
+    )
     print(
         f"char CNN forward FLOP per token: {per_position / 1e6:8.2f} MFLOP counted per position, "
         f"{computed / 1e6:8.2f} MFLOP as computed (distinct tokens, chunked frames)"
@@ -199,20 +243,35 @@ def main() -> None:
     print(
         f"training FLOP per token:          {flop / 1e6:8.2f} MFLOP as computed "
         f"({flop_per_token(model, settings, vocab_size, per_position) / 1e6:.2f} with the "
-        "per-position char CNN count)"
+        "per-position char CNN count; the same on every path)"
     )
-    results = {}
+    print(
+        f"{'path':>9} {'clips':>5} {'batch':>5} {'precision':>10} {'tokens/s':>9} {'GFLOP/s':>8} "
+        f"{'of fp32':>7} {'of bf16':>7} {'x first':>7} {'warm-up s':>9}"
+    )
     for precision in precisions:
-        tps = tokens_per_second(
-            model, settings, args.corpus, vocab_size, precision, args.steps, args.accelerator
-        )
-        results[precision] = tps
-        print(
-            f"{precision:>11}: {tps:9.0f} tokens/s = {tps * flop / 1e9:7.1f} GFLOP/s "
-            f"= {tps * flop / 1e9 / rate:6.1%} of the fp32 matmul rate"
-        )
-    if "32-true" in results and "bf16-mixed" in results:
-        print(f"bf16-mixed / fp32 throughput: x{results['bf16-mixed'] / results['32-true']:.2f}")
+        for batch_size in batch_sizes:
+            baseline = None
+            for path in args.paths:
+                run_model, run_settings = path_config(model, settings, path, args.clip, batch_size)
+                tps, warmup = tokens_per_second(
+                    run_model,
+                    run_settings,
+                    args.corpus,
+                    vocab_size,
+                    precision,
+                    args.steps,
+                    args.accelerator,
+                )
+                baseline = baseline or tps
+                gflops = tps * flop / 1e9
+                clips = "none" if path == "fused" else f"{args.clip:g}"
+                print(
+                    f"{path:>9} {clips:>5} {batch_size:>5} {precision:>10} {tps:9.0f} "
+                    f"{gflops:8.1f} {gflops / rates['fp32']:7.1%} {gflops / rates['bf16']:7.1%} "
+                    f"{tps / baseline:7.2f} {warmup:9.1f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from elmolab.errors import ElmolabError
 from elmolab.fsutil import write_json
 from elmolab.models.char_cnn import ACTIVATIONS, CharCNN
-from elmolab.models.lstm import LstmStack, LstmState
+from elmolab.models.lstm import LstmPathChoice, LstmStack, LstmState, choose_lstm_path
 from elmolab.text.chars import BOS_TOKEN, EOS_TOKEN, N_CHARACTERS_INFERENCE, char_ids_for_token
 
 ELMO_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
@@ -247,11 +247,16 @@ class BiLMState(NamedTuple):
 class BiLM(nn.Module):
     """ELMo's bidirectional language model without its softmax (see the module docstring).
 
-    ``BiLM(options, stateful=False)``; ``options.dropout`` applies in train mode only.
-    Submodules: ``token_encoder`` (CharCNN), ``forward_lstm`` and ``backward_lstm`` (LstmStack).
+    ``BiLM(options, stateful=False, lstm_path="auto")``; ``options.dropout`` applies in train mode
+    only. ``lstm_path`` picks how the LSTMs compute (``elmolab.models.lstm``: ``cell``,
+    ``compiled``, ``fused``, or ``auto``: fused without clips, the cell with them); every path
+    computes the same function of the same parameters. Submodules: ``token_encoder`` (CharCNN),
+    ``forward_lstm`` and ``backward_lstm`` (LstmStack).
     """
 
-    def __init__(self, options: BiLMOptions, stateful: bool = False) -> None:
+    def __init__(
+        self, options: BiLMOptions, stateful: bool = False, lstm_path: str = "auto"
+    ) -> None:
         super().__init__()
         self.options = options
         self.stateful = stateful
@@ -281,6 +286,16 @@ class BiLM(nn.Module):
         marks = [char_ids_for_token(t, max_chars) for t in (BOS_TOKEN, EOS_TOKEN)]
         self.register_buffer("sentence_marks", torch.tensor(marks), persistent=False)
         self._states: BiLMState | None = None
+        self.lstm_path = self.set_lstm_path(lstm_path)
+
+    def set_lstm_path(self, requested: str) -> LstmPathChoice:
+        """Switch both LSTM stacks to the path ``requested`` resolves to; returns the choice."""
+        lstm = self.options.lstm
+        choice = choose_lstm_path(requested, lstm.cell_clip, lstm.proj_clip)
+        for stack in (self.forward_lstm, self.backward_lstm):
+            stack.set_path(choice.path)
+        self.lstm_path = choice
+        return choice
 
     def reset_states(self) -> None:
         """Forget the states carried between calls in stateful mode."""

@@ -61,6 +61,8 @@ class BiLMPretrainer(pl.LightningModule):
         lr_schedule: ``{"kind": "constant" | "linear", "warmup_steps": n, "final_fraction": f}``;
             ``linear`` warms up over ``warmup_steps`` and then decays linearly to ``f`` times the
             learning rate at the trainer's last step.
+        lstm_path: how the LSTMs compute (``BiLM``'s ``lstm_path``: ``auto``, ``cell``,
+            ``compiled`` or ``fused``); ``self.bilm.lstm_path`` holds the choice and its reason.
     """
 
     def __init__(
@@ -72,10 +74,11 @@ class BiLMPretrainer(pl.LightningModule):
         loss_scale: float = 1.0,
         zero_state_share: float = 0.0,
         lr_schedule: dict[str, Any] | None = None,
+        lstm_path: str = "auto",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.bilm = BiLM(BiLMOptions.from_dict(options))
+        self.bilm = BiLM(BiLMOptions.from_dict(options), lstm_path=lstm_path)
         self.softmax = LMSoftmax(
             vocab_size,
             self.bilm.options.lstm.projection_dim,

@@ -10,8 +10,8 @@ Outputs (``out_dir``, replaced whole when complete)::
     vocab.txt             the softmax vocabulary
     metrics.json          valid/test perplexities (full softmax; states carried along the
                           stream and stateless per sentence, each direction), unigram
-                          baselines, tokens/s, the precision chosen and why, wall time,
-                          parameter counts
+                          baselines, tokens/s, the precision and the LSTM path chosen and
+                          why, wall time, parameter counts
     curve.csv             the learning curve (step, tokens, train loss, validation perplexities)
 
 Under ``dvc repro`` (stdout not a terminal) a plain progress line replaces the progress bar.
@@ -113,6 +113,7 @@ class PretrainConfig:
     val_every_n_steps: int
     limit_val_batches: int | None
     checkpoint_every_n_steps: int
+    lstm_path: str = "auto"
 
 
 @dataclass
@@ -293,6 +294,7 @@ def pretrain(
 
     pl.seed_everything(seed, workers=True, verbose=False)
     module = make_module(model_cfg, cfg, len(vocab))
+    log.info("LSTM path %s: %s", module.bilm.lstm_path.path, module.bilm.lstm_path.reason)
     throughput = _Throughput(cfg.batch_size * cfg.unroll_steps)
     # A bar in a terminal; plain progress lines in logs (dvc repro, CI, a batch job).
     terminal = sys.stdout.isatty()
@@ -347,6 +349,7 @@ def pretrain(
     metrics = {
         **_evaluation(val, test, stats),
         "precision": precision.as_dict(),
+        "lstm_path": module.bilm.lstm_path.as_dict(),
         "tokens_per_second": round(throughput.tokens_per_second, 1),
         "wall_seconds": round(time.perf_counter() - started, 1),
         "steps": trainer.global_step,
@@ -397,6 +400,7 @@ def make_module(model_cfg: ModelConfig, cfg: PretrainConfig, vocab_size: int) ->
         loss_scale=cfg.unroll_steps if cfg.scale_loss_by_unroll_steps else 1.0,
         zero_state_share=cfg.zero_state_share,
         lr_schedule=asdict(cfg.lr_schedule),
+        lstm_path=cfg.lstm_path,
     )
 
 
@@ -431,6 +435,7 @@ def random_control(
     metrics = {
         **_evaluation(val, test, stats),
         "precision": precision.as_dict(),
+        "lstm_path": module.bilm.lstm_path.as_dict(),
         "wall_seconds": round(time.perf_counter() - started, 1),
         "steps": 0,
         "tokens": 0,

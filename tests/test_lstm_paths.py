@@ -1,0 +1,217 @@
+"""The fast LSTM paths against bilm-tf's cell: the fused kernel (no clips) and the compiled cell.
+
+bilm-tf's cell (``LstmStack(path="cell")``) is the reference: each path must compute the same
+outputs, final states and gradients from the same parameters, with states carried between
+windows and rows restarted from the zero state, and weights trained on a fast path must export to
+bilm-tf's files and come back bit for bit.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+
+import h5py
+import lightning.pytorch as pl
+import numpy as np
+import pytest
+import torch
+
+from elmolab.cli import main
+from elmolab.errors import ElmolabError
+from elmolab.models.bilm import BiLM, BiLMOptions
+from elmolab.models.bilm_tf import export_bilm, load_bilm
+from elmolab.models.lstm import LstmStack, LstmState, choose_lstm_path
+from elmolab.text.chars import char_ids_for_sentences
+from elmolab.text.vocab import Vocabulary
+from elmolab.training.data import LMDataModule
+from elmolab.training.pretrain import make_module
+from tests.test_pretrain import STORY, configs, make_corpus
+
+B, T, INPUT, CELL, PROJ, LAYERS = 6, 9, 5, 12, 4, 3
+
+
+def _stacks(clip: float | None) -> tuple[LstmStack, LstmStack]:
+    """The reference cell stack with non-zero biases, and a copy of it."""
+    torch.manual_seed(0)
+    reference = LstmStack(LAYERS, INPUT, CELL, PROJ, clip, clip, use_skip_connections=True)
+    for layer in reference.layers:
+        torch.nn.init.normal_(layer.B, std=0.5)
+    return reference, copy.deepcopy(reference)
+
+
+def _run(stack: LstmStack, x: torch.Tensor, batch_sizes, state, resets):
+    """Outputs, final state and the gradients of a loss that weighs every output and state."""
+    x = x.clone().requires_grad_()
+    outputs, final = stack(x, batch_sizes, state, resets)
+    weights = [torch.linspace(-1, 1, o.numel()).view_as(o) for o in outputs]
+    loss = sum((o * w).sum() for o, w in zip(outputs, weights, strict=True))
+    loss = loss + final.h.sum() + final.c.sin().sum()
+    grads = torch.autograd.grad(loss, [x, *stack.parameters()])
+    return outputs, final, grads
+
+
+def _assert_same_run(reference: LstmStack, fast: LstmStack, atol: float) -> None:
+    """Two windows with carried states, zero-state rows in each, full and ended rows."""
+    torch.manual_seed(1)
+    resets = torch.rand(2, B, T) < 0.3  # two windows' zero starts
+    for batch_sizes in (None, [6, 6, 5, 5, 3, 3, 2, 1, 1]):
+        states = [None, None]
+        for window in range(2):
+            x = torch.randn(B, T, INPUT)
+            runs = [
+                _run(stack, x, batch_sizes, state, resets[window])
+                for stack, state in zip((reference, fast), states, strict=True)
+            ]
+            (out_r, final_r, grads_r), (out_f, final_f, grads_f) = runs
+            for a, b in zip(out_r, out_f, strict=True):
+                torch.testing.assert_close(b, a, rtol=0, atol=atol)
+            torch.testing.assert_close(final_f.h, final_r.h, rtol=0, atol=atol)
+            torch.testing.assert_close(final_f.c, final_r.c, rtol=0, atol=atol)
+            for a, b in zip(grads_r, grads_f, strict=True):
+                torch.testing.assert_close(b, a, rtol=0, atol=10 * atol)
+            states = [LstmState(final_r.h.detach(), final_r.c.detach())] * 2
+
+
+def test_fused_equals_bilm_tf_cell_without_clips() -> None:
+    reference, fused = _stacks(None)
+    fused.set_path("fused")
+    _assert_same_run(reference, fused, atol=2e-6)
+
+
+@pytest.mark.slow
+def test_compiled_cell_equals_bilm_tf_cell_with_clips() -> None:
+    reference, compiled = _stacks(0.5)  # a clip that bites
+    compiled.set_path("compiled")
+    _assert_same_run(reference, compiled, atol=2e-6)
+
+
+def test_torch_weights_load_into_nn_lstm_with_projection() -> None:
+    """``torch_weights`` is nn.LSTM(proj_size)'s layout: a real nn.LSTM given them computes the
+    reference cell's outputs, and the bilm-tf parameters stay exactly as they were."""
+    reference, _ = _stacks(None)
+    layer = reference.layers[0]
+    before = {k: v.clone() for k, v in layer.state_dict().items()}
+    lstm = torch.nn.LSTM(INPUT, CELL, proj_size=PROJ, batch_first=True)
+    names = ["weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_hr_l0"]
+    lstm.load_state_dict(dict(zip(names, layer.torch_weights(), strict=True)))
+    x = torch.randn(B, T, INPUT)
+    h0, c0 = torch.randn(B, PROJ), torch.randn(B, CELL)
+    with torch.no_grad():
+        expected, (h, c) = layer(x, None, (h0, c0))
+        got, (h_n, c_n) = lstm(x, (h0[None], c0[None]))
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(h_n[0], h, rtol=0, atol=1e-6)
+    torch.testing.assert_close(c_n[0], c, rtol=0, atol=1e-6)
+    for name, value in layer.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    bias_hh = lstm.bias_hh_l0.view(4, CELL)  # torch's gates i, f, g, o
+    assert torch.equal(bias_hh, torch.tensor([0.0, 1.0, 0.0, 0.0])[:, None].expand(4, CELL))
+
+
+def test_path_choice_and_bad_settings() -> None:
+    assert choose_lstm_path("auto", None, None).path == "fused"
+    assert choose_lstm_path("auto", 3.0, None).path == "cell"
+    assert choose_lstm_path("compiled", 3.0, 3.0).path == "compiled"
+    with pytest.raises(ElmolabError, match="'fused' needs cell_clip and proj_clip null"):
+        choose_lstm_path("fused", 3.0, 3.0)
+    with pytest.raises(ElmolabError, match="lstm_path must be one of"):
+        choose_lstm_path("cudnn", None, None)
+    clipped = BiLM(BiLMOptions.published("small"))
+    assert clipped.lstm_path.path == "cell"
+    assert clipped.forward_lstm.path == clipped.backward_lstm.path == "cell"
+
+
+def _no_clip_options(model_cfg) -> dict:
+    options = model_cfg.options()
+    options["lstm"] = {**options["lstm"], "cell_clip": None, "proj_clip": None}
+    return options
+
+
+def test_bilm_encode_lm_fused_equals_cell_in_training(tmp_path: Path) -> None:
+    """The training entry point on real batches: forward and backward stream, zero starts in
+    both directions, states carried into a second window, gradients of every parameter."""
+    corpus = make_corpus(tmp_path)
+    model_cfg, settings, _ = configs()
+    options = BiLMOptions.from_dict(_no_clip_options(model_cfg))
+    options = dataclasses.replace(options, dropout=0.0)
+    torch.manual_seed(0)
+    reference = BiLM(options, lstm_path="cell")
+    fused = copy.deepcopy(reference)
+    fused.set_lstm_path("fused")
+    assert fused.lstm_path.as_dict()["chosen"] == "fused"
+    data = LMDataModule(corpus, settings.batch_size, settings.unroll_steps, seed=3)
+    data.setup("fit")
+    batches = list(zip(range(2), iter(data.train_dataloader()), strict=False))
+    states = {"cell": None, "fused": None}
+    for _, batch in batches:
+        resets = batch["sentence_start"] & (torch.arange(settings.batch_size)[:, None] % 2 == 0)
+        assert resets[:, 1:].any()  # zero starts inside the window, not only at its start
+        results = {}
+        for name, bilm in (("cell", reference), ("fused", fused)):
+            bilm.zero_grad()
+            forward, backward, states[name] = bilm.encode_lm(
+                batch["forward_char_ids"], batch["backward_char_ids"], states[name], resets
+            )
+            (forward[-1].sin().sum() + backward[-1].cos().sum()).backward()
+            grads = [p.grad.clone() for p in bilm.parameters()]
+            results[name] = (forward + backward, grads)
+        for a, b in zip(*(results[n][0] for n in results), strict=True):
+            torch.testing.assert_close(b, a, rtol=0, atol=2e-6)
+        for a, b in zip(*(results[n][1] for n in results), strict=True):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+        for a, b in zip(states["cell"], states["fused"], strict=True):
+            torch.testing.assert_close(b.h, a.h, rtol=0, atol=2e-6)
+
+
+def test_trained_on_fused_exports_bit_for_bit_and_embeds_the_same(tmp_path: Path) -> None:
+    """A few Adam steps on the fused path (dropout on), export to bilm-tf's files, re-import:
+    every parameter bit for bit; ``elmolab embed`` on the files gives the trained module's
+    features."""
+    corpus = make_corpus(tmp_path)
+    model_cfg, settings, _ = configs()
+    model_cfg.lstm = {**model_cfg.lstm, "cell_clip": None, "proj_clip": None}
+    settings.zero_state_share = 0.5
+    settings.optimizer = {"_target_": "torch.optim.Adam", "_partial_": True, "lr": 0.01}
+    pl.seed_everything(2, verbose=False)
+    module = make_module(model_cfg, settings, len(Vocabulary.from_file(corpus / "vocab.txt")))
+    assert module.bilm.lstm_path.path == "fused"
+    before = [p.detach().clone() for p in module.bilm.parameters()]
+    trainer = pl.Trainer(
+        max_steps=4,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        precision="32-true",
+    )
+    data = LMDataModule(corpus, settings.batch_size, settings.unroll_steps, seed=2)
+    trainer.fit(module, datamodule=data)
+    trained = module.bilm.eval()
+    assert all(not torch.equal(a, b) for a, b in zip(before, trained.parameters(), strict=True))
+
+    export_bilm(trained, tmp_path / "options.json", tmp_path / "weights.hdf5")
+    reloaded = load_bilm(tmp_path / "options.json", tmp_path / "weights.hdf5")
+    assert reloaded.lstm_path.path == "fused"
+    for (name, a), (_, b) in zip(
+        trained.state_dict().items(), reloaded.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+
+    text = tmp_path / "in.txt"
+    text.write_text("".join(s + "\n" for s in STORY), encoding="utf-8")
+    out = tmp_path / "out.hdf5"
+    argv = ["embed", str(text), str(out), "--options", str(tmp_path / "options.json")]
+    assert main([*argv, "--weights", str(tmp_path / "weights.hdf5")]) == 0
+    with h5py.File(out, "r") as f:
+        index = json.loads(f["sentence_to_index"][0])
+        embedded = {s: f[index[s]][...] for s in STORY}  # (layers, tokens, 2 * proj)
+    trained.set_lstm_path("cell")  # the reference computation of the trained weights
+    for sentence in STORY:
+        with torch.no_grad():
+            ids = char_ids_for_sentences([sentence.split()], add_sentence_marks=False)
+            layers = trained(ids).layers[0]  # (layers, tokens, 2 * proj)
+        np.testing.assert_allclose(embedded[sentence], layers.numpy(), rtol=0, atol=2e-6)
