@@ -117,7 +117,6 @@ WSD_METRIC = "f1"
 # per-sentence counts, so the report can run a paired bootstrap over test sentences.
 COUNTED_METRICS = (TaskMetric.ACCURACY.value, *TREE_METRICS.values())
 ROLES = ("train", "dev", "test")
-EVAL_ROLES = ROLES[1:]
 
 # Starts the tracking run of one probe run: its identifying fields -> a TrackedRun context.
 RunStarter = Callable[[dict[str, Any]], AbstractContextManager[TrackedRun]]
