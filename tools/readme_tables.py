@@ -1,4 +1,5 @@
-"""The results of a finished default run, as markdown: what docs/results.md quotes, taken from the run's report (``artifacts/report/summary.json``) and the biLM's curve.
+"""The results of a finished default run, as markdown: what docs/results.md quotes, taken from
+the run's report (``artifacts/report/summary.json``) and the biLM's curve.
 
     .venv/bin/python tools/readme_tables.py [WORKSPACE] [--start EPOCH --end EPOCH]
 
