@@ -77,7 +77,7 @@ def test_information_presets_set_both_measures_on_every_token_task(preset, on):
     assert token
     for name in token:
         assert (tasks[name]["mdl"], tasks[name]["conditional"]) == (on, on), name
-    assert any(default[name]["mdl"] != on for name in token)
+    assert any((default[name]["mdl"], default[name]["conditional"]) != (on, on) for name in token)
     for name, task in tasks.items():  # the rest of every task as the default grid has it
         assert {k: v for k, v in task.items() if k not in ("mdl", "conditional")} == {
             k: v for k, v in default[name].items() if k not in ("mdl", "conditional")

@@ -96,6 +96,8 @@ def test_each_kind_of_task_writes_the_runs_the_report_reads(params: Path) -> Non
     ]
     for task, modes in cells:
         _, arguments = _cell(params, task, modes)
+        if task in ("upos", "upos_control"):
+            arguments["task"].mdl = True  # experiment=information's setting
         run_cell(**arguments)
     probes = Path(load_params(params, [], CONF).paths.artifacts) / "probes"
     runs = read_probe_runs(probes)
@@ -105,9 +107,9 @@ def test_each_kind_of_task_writes_the_runs_the_report_reads(params: Path) -> Non
 
     upos = json.loads((probes / "upos/scalar_mix/random/seed2/metrics.json").read_text())
 
-    # Information measures (upos and upos_control have `mdl` and `conditional`): the conditional
-    # probe and the cross-entropy in bits of every full run; an online code per mode, encoder
-    # and seed, whose blocks cover the training set once.
+    # Information measures (`mdl` set on upos and upos_control here, both with `conditional`):
+    # the conditional probe and the cross-entropy in bits of every full run; an online code per
+    # mode, encoder and seed, whose blocks cover the training set once.
     conditioned = json.loads(
         (probes / "upos/layer0+scalar_mix/trained/seed1/metrics.json").read_text()
     )
@@ -422,6 +424,7 @@ def test_encoders_in_worker_processes_give_the_same_results_as_in_one(
     outcomes = {}
     for workers in (1, 2):
         _, arguments = _cell(params, "chunk", ["scalar_mix"])
+        arguments["task"].mdl = True  # experiment=information's setting
         arguments["settings"].workers = workers
         arguments["cell_dir"] = tmp_path / f"workers{workers}"
         runs = run_cell(**arguments)
