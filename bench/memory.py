@@ -9,8 +9,9 @@ data, outputs under its own ``artifacts/``) and runs each stage's command of ``d
 order, as a child process; the kernel reports the child's peak resident memory when it ends
 (``os.wait4``: the largest of the stage's process and its workers). The second reads what the
 stages record themselves (``peak_rss_bytes``, ``peak_rss_children_bytes``) in
-``artifacts/bilm/metrics.json``, ``bilm_random/metrics.json``, the extraction records
-``features/*/*/extract.json`` and every probe run's ``metrics.json`` (the largest per stage).
+``artifacts/bilm/metrics.json``, ``bilm_random/metrics.json``, ``taskmodel/metrics.json``, the
+extraction records ``features/*/*/extract.json`` and every probe run's ``metrics.json`` (the
+largest per stage).
 Figures are MiB (2**20 bytes).
 """
 
@@ -52,7 +53,7 @@ def stage_commands(params: dict) -> list[tuple[str, list[str]]]:
     stages += [
         (f"probe@{task}", script("probe", f"task={task}")) for task in params["grid"]["tasks"]
     ]
-    return [*stages, ("report", script("report"))]
+    return [*stages, ("taskmodel", script("taskmodel")), ("report", script("report"))]
 
 
 def run_stages(overrides: list[str]) -> list[tuple[str, float, float]]:
@@ -80,9 +81,9 @@ def recorded(workspace: Path) -> list[tuple[str, float, float]]:
     """The stages' own figures in a finished workspace: (stage, peak MiB, workers' peak MiB)."""
     artifacts = workspace / "artifacts"
     groups: dict[str, list[Path]] = {}
-    for name in ("bilm", "bilm_random"):
+    own_stages = {"bilm": "pretrain", "bilm_random": "pretrain_random", "taskmodel": "taskmodel"}
+    for name, stage in own_stages.items():
         if (artifacts / name / "metrics.json").is_file():
-            stage = "pretrain" if name == "bilm" else "pretrain_random"
             groups[stage] = [artifacts / name / "metrics.json"]
     for path in sorted((artifacts / "features").glob("*/*/extract.json")):
         groups.setdefault(f"extract@{path.parent.name}", []).append(path)

@@ -43,6 +43,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from elmolab.errors import ElmolabError
 from elmolab.fsutil import atomic_dir, write_json
+from elmolab.hardware import peak_memory
 from elmolab.io.features import feature_path
 from elmolab.io.results import METRICS_FILE, PREDICTIONS_FILE, SEED_PREFIX
 from elmolab.probing.datasets import FeatureDataset, standardize_layers
@@ -362,6 +363,7 @@ def run_taskmodel(config: TaskModelConfig, catalog: DataCatalog, out_dir: Path) 
             del splits
         summary = summarize(results, config.inputs)
         summary["wall_seconds"] = time.perf_counter() - start
+        summary.update(peak_memory())
         write_json(tmp / METRICS_FILE, summary)
         (tmp / TABLE_FILE).write_text(markdown_table(summary), encoding="utf-8")
     return summary
