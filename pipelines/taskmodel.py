@@ -22,8 +22,8 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 def run(cfg: DictConfig, out_dir: Path) -> dict:
     config = section(cfg, "taskmodel", TaskModelConfig)
-    catalog = section(cfg, "extract", ExtractConfig).catalog()
-    return run_taskmodel(config, catalog, out_dir)
+    extract = section(cfg, "extract", ExtractConfig)
+    return run_taskmodel(config, extract.catalog(), out_dir, extract.encoders)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 on tiny extracted features (real HDF5) with its error reductions computed right, and a feature
 file that does not match the labels fails with one line."""
 
+import dataclasses
 import json
 import math
 import shutil
@@ -13,13 +14,17 @@ import pytest
 import torch
 
 from elmolab.config import section
+from elmolab.errors import ElmolabError
 from elmolab.extract import ExtractConfig
 from elmolab.probing.metrics import LabelVocabulary
-from elmolab.taskmodel.data import TaggingSplit, WordVocabulary
+from elmolab.taskmodel.data import PadBatch, TaggingSplit, WordVocabulary
 from elmolab.taskmodel.stage import (
     TaskData,
     TaskModelConfig,
     error_reduction,
+    fine_tuned_encoder,
+    input_splits,
+    load_task_data,
     run_taskmodel,
     train_one,
 )
@@ -64,7 +69,8 @@ def _config(**changes) -> TaskModelConfig:
         unseen="raise", features_dir="", token_encoder="trained", mix_encoders=[], seeds=[1],
         max_epochs=10, patience=10, batch_size=16, eval_batch_size=64, lr=0.01, mix_lr=0.05,
         l2_lambda=0.0, word_dim=0, min_word_count=1, hidden_dim=16, lstm_layers=1, dropout=0.0,
-        gradient_clip=5.0, standardize=False, num_threads=1,
+        gradient_clip=5.0, standardize=False, num_threads=1, finetune_encoders=[],
+        finetune_lr=3e-4,
     )  # fmt: skip
     values.update(changes)
     return TaskModelConfig(**values)
@@ -168,3 +174,57 @@ def test_features_that_do_not_match_the_labels_name_the_file(workspace, tmp_path
         f"line index 0: {n - 1} token vectors, expected {n}",
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_a_fine_tuned_bilm_starts_at_the_frozen_features_and_trains(workspace) -> None:
+    """finetune_trained: before its first step, the biLM inside the tagger gives the frozen
+    input's cached layers (standardized alike); training changes its weights, and the stage
+    reports it against the baseline and against its frozen twin."""
+    root, cfg = workspace
+    extract = section(cfg, "extract", ExtractConfig)
+    config = dataclasses.replace(
+        section(cfg, "taskmodel", TaskModelConfig),
+        mix_encoders=["trained"],
+        finetune_encoders=["trained"],
+        seeds=[1, 2],
+        max_epochs=1,
+    )
+    assert config.inputs == ["baseline", "elmo_trained", "finetune_trained"]
+    data = load_task_data(config, extract.catalog())
+    tuned = input_splits(config, data, "finetune_trained")
+    frozen = input_splits(config, data, "elmo_trained")
+    encoder = fine_tuned_encoder(config, data, "finetune_trained", extract.encoders)()
+    sentences = list(range(min(16, len(tuned["dev"]))))
+    batch, cached = PadBatch(tuned["dev"])(sentences), PadBatch(frozen["dev"])(sentences)
+    with torch.no_grad():
+        layers = encoder.eval()(batch["chars"])  # (L, B, T, dim)
+    mask = batch["mask"]
+    assert layers.shape == cached["layers"].shape
+    # the cache holds float16: equal within its rounding, on standardized values of size ~1
+    torch.testing.assert_close(layers[:, mask], cached["layers"][:, mask], atol=0.02, rtol=0.01)
+
+    encoder.train()
+    before = {k: v.clone() for k, v in encoder.bilm.state_dict().items()}
+    result, _ = train_one(config, data, tuned, 1, "finetune_trained/seed1", encoder)
+    after = encoder.bilm.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)  # the biLM trained
+    assert result["mix_weights"] is not None and result["epochs"] == 1
+
+    out = root / "artifacts" / "taskmodel_finetune"
+    summary = run_taskmodel(config, extract.catalog(), out, extract.encoders)
+    assert list(summary["vs_baseline"]) == ["elmo_trained", "finetune_trained"]
+    versus = summary["vs_frozen"]["finetune_trained"]
+    tuned_f1, frozen_f1 = (summary["inputs"][name]["test_f1"] for name in config.inputs[2:0:-1])
+    assert versus["absolute"] == pytest.approx(np.mean(tuned_f1) - np.mean(frozen_f1))
+    assert "finetune_trained against elmo_trained" in (out / "table.md").read_text()
+
+
+def test_fine_tuning_an_encoder_that_is_not_there_names_the_key(workspace) -> None:
+    _, cfg = workspace
+    extract = section(cfg, "extract", ExtractConfig)
+    config = dataclasses.replace(
+        section(cfg, "taskmodel", TaskModelConfig), finetune_encoders=["elsewhere"]
+    )
+    data = load_task_data(config, extract.catalog())
+    with pytest.raises(ElmolabError, match=r"taskmodel\.finetune_encoders: .elsewhere. is not one"):
+        fine_tuned_encoder(config, data, "finetune_elsewhere", extract.encoders)

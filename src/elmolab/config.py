@@ -99,6 +99,7 @@ def external_study(cfg: DictConfig, name: str) -> DictConfig:
                 "bilm_random": f"{root}/bilm_random",
                 "probes": f"{root}/probes",
                 "vocab": f"{root}/corpus/vocab.txt",
+                "taskmodel": f"{root}/taskmodel",  # none: an external study has no task model
                 "sources": [],
             }
         },

@@ -42,9 +42,13 @@ class _Layers:
 MIN_RELATIVE_STD = 1e-3
 
 
-def standardize_layers(splits: dict[str, _Layers], reference: str = "train") -> None:
+def standardize_layers(
+    splits: dict[str, _Layers], reference: str = "train"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Standardize every split's features in place, each layer's every dimension by the mean and
-    standard deviation of that layer and dimension over the tokens of ``splits[reference]``.
+    standard deviation of that layer and dimension over the tokens of ``splits[reference]``;
+    returns them, ``(mean, std)``, each ``(num_layers, dim)`` float32 (what was subtracted, and
+    what the result was divided by).
 
     For a probe that reads one layer, or layers side by side, this changes no function it can
     express (an affine map per input dimension folds into its first map; a head's bilinear or
@@ -59,6 +63,7 @@ def standardize_layers(splits: dict[str, _Layers], reference: str = "train") -> 
     near-zero deviation would blow a dev value off the train value up beyond float16's range.
     """
     train = splits[reference].features
+    means, stds = [], []
     # each array once, where two roles share one (a task scored on the data it trains on)
     arrays = {split.features.data_ptr(): split.features for split in splits.values()}.values()
     for layer in range(train.shape[0]):  # one layer in float32 at a time
@@ -79,6 +84,9 @@ def standardize_layers(splits: dict[str, _Layers], reference: str = "train") -> 
                 features[layer].copy_(centred.div_(std))
             else:
                 features[layer].copy_(features[layer].float().sub_(mean).div_(std))
+        means.append(mean)
+        stds.append(std.float())
+    return torch.stack(means), torch.stack(stds)
 
 
 def _check_features(features: torch.Tensor) -> int:

@@ -12,6 +12,7 @@ Output (replaced whole, and only when complete)::
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 from collections.abc import Mapping
@@ -67,6 +68,7 @@ class InputsConfig:
     probes: str
     vocab: str
     semcor: str
+    taskmodel: str  # the task model stage's folder (its metrics.json)
     # More probe results: Hydra multirun or run folders, or probes folders (collect.probe_roots).
     sources: list[str] = field(default_factory=list)
 
@@ -127,6 +129,8 @@ class ReportData:
     # per task and encoder.
     families: dict[str, str] = field(default_factory=dict)
     layer_gaps: list[LayerGap] = field(default_factory=list)
+    # The task model stage's summary (elmolab.taskmodel.stage.summarize), None if it has not run.
+    taskmodel: dict | None = None
 
     @property
     def tasks(self) -> list[str]:
@@ -209,7 +213,20 @@ def gather(
         gains=conditional_gains(cells, conditional_cells, samples, seed),
         families=task_families(cells, families),
         layer_gaps=layer_gaps(cells, lower, upper, samples, seed),
+        taskmodel=_taskmodel(Path(config.inputs.taskmodel), inputs.missing),
     )
+
+
+def _taskmodel(folder: Path, missing: list[str]) -> dict | None:
+    """The task model stage's summary, or None (and a line in ``missing``)."""
+    path = folder / "metrics.json"
+    if not path.is_file():
+        missing.append(f"no task-model results ({path}): ELMo in a task model is not shown")
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ElmolabError(f"unreadable task-model summary: {error}", path) from error
 
 
 def task_families(

@@ -196,6 +196,85 @@ def layers(data: ReportData) -> Table | None:
     )
 
 
+TASK_MODEL_METHOD = (
+    "Test span F1 (conlleval's count), mean ± std over seeds; each input trained with the same"
+    " seeds. Against the baseline: the F1 gained (absolute error reduction, points) and the"
+    " share of the baseline's error removed (relative), with a two-sided paired t-test over"
+    " seeds, significant when p < {alpha}."
+)
+
+
+def task_model_label(name: str) -> str:
+    """An input of the task model in words: baseline, + ELMo frozen or fine-tuned."""
+    if name == "baseline":
+        return "baseline: layer 0 + own word embedding"
+    for prefix, how in (("elmo_", "frozen"), ("finetune_", "fine-tuned")):
+        if name.startswith(prefix):
+            return f"+ mix of the {encoder_label(name.removeprefix(prefix), short=True)} ({how})"
+    return name
+
+
+def task_model(data: ReportData) -> Table | None:
+    """ELMo's second stage: the task model's test F1 per input and what each adds to the
+    baseline, as the ELMo paper's Table 1 reports it."""
+    summary = data.taskmodel
+    if not summary:
+        return None
+    alpha = data.significance.alpha
+    columns = _columns(
+        "input",
+        ("test F1", "mean ± std"),
+        "seeds",
+        ("gain over baseline", "F1 points"),
+        ("relative error reduction", "of the baseline's"),
+        "p",
+        "verdict",
+    )
+    rows = []
+    for name, row in summary["inputs"].items():
+        spread = "" if row["std"] is None else f" ± {row['std']:.2f}"
+        cells = [
+            TableCell(task_model_label(name), bold=name.startswith("elmo_trained")),
+            _number(f"{row['mean']:.2f}{spread}"),
+            _number(str(len(row["seeds"]))),
+        ]
+        versus = summary["vs_baseline"].get(name)
+        if versus is None:
+            cells += [_number("–"), _number("–"), _number("–"), TableCell("")]
+        else:
+            p_value = versus["p_value"]
+            relative = versus["relative"]
+            if p_value is None:
+                verdict = "not testable"
+            elif p_value >= alpha:
+                verdict = "no significant difference"
+            else:
+                verdict = "better" if versus["absolute"] > 0 else "worse"
+            cells += _test_cells(
+                f"{versus['absolute']:+.2f}",
+                tables.p_text(p_value) if p_value is not None else "–",
+                verdict,
+                tables.VERDICT_CLASSES[verdict],
+                versus["test"],
+            )
+            cells.insert(4, _number("–" if relative is None else f"{relative:+.1f}%"))
+        rows.append(cells)
+    frozen = [
+        f"{task_model_label(name)} against frozen: {v['absolute']:+.2f} F1"
+        + ("" if v["p_value"] is None else f", {tables.p_equals(v['p_value'])}")
+        for name, v in summary.get("vs_frozen", {}).items()
+    ]
+    return Table(
+        columns,
+        rows,
+        [False] * len(rows),
+        note_before="ELMo's second stage: a BiLSTM-CRF tagger on CoNLL-2003 NER, its input the"
+        " trained token layer (layer 0, the GloVe analogue) and its own word embedding, with and"
+        " without a learned scalar mix of a biLM's layers (the ELMo paper's Table 1).",
+        note=" ".join([TASK_MODEL_METHOD.format(alpha=alpha), *(f"{line}." for line in frozen)]),
+    )
+
+
 def pretraining(data: ReportData) -> Table:
     rows = tables.pretraining_table(data)
     return Table(
@@ -425,6 +504,7 @@ class Sections:
     headline: Table | None
     layers: Table | None
     layer_findings: list[str]  # a sentence per task family
+    task_model: Table | None
     pretraining: Table
     token_layer: Table | None
     curves: Table | None
@@ -443,6 +523,7 @@ class Sections:
             headline=headline(data),
             layers=layers(data),
             layer_findings=tables.family_findings(data),
+            task_model=task_model(data),
             pretraining=pretraining(data),
             token_layer=trained_vs_token_layer(data),
             curves=learning_curves(data),

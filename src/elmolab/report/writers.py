@@ -154,6 +154,7 @@ def summary_json(data: ReportData) -> dict[str, Any]:
             "random": data.inputs.random.metrics if data.inputs.random else None,
         },
         "probes": probes,
+        "taskmodel": data.taskmodel,
         "training": _training_summary(data),
         "significance": {
             "alpha": alpha,

@@ -57,6 +57,9 @@ class TaggingSplit:
         ``(tokens,)`` int64 tag ids.
     sentence_lengths : ``tuple[int, ...]``
         Tokens per sentence (each at least 1; they sum to ``tokens``).
+    chars : ``torch.Tensor``, optional
+        ``(tokens, 50)`` int16 character ids of each token (``elmolab.batch_to_ids``'), for an
+        input whose biLM runs inside the tagger (fine-tuning); None otherwise.
     """
 
     token: torch.Tensor
@@ -64,12 +67,15 @@ class TaggingSplit:
     words: torch.Tensor
     tags: torch.Tensor
     sentence_lengths: tuple[int, ...]
+    chars: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         tokens = self.token.shape[0]
         sizes = [self.words.shape, self.tags.shape, (sum(self.sentence_lengths),)]
         if self.layers is not None:
             sizes.append(self.layers.shape[1:2])
+        if self.chars is not None:
+            sizes.append(self.chars.shape[:1])
         if any(tuple(size) != (tokens,) for size in sizes):
             raise ValueError(f"{tokens} token vectors but sizes {sizes}")
         if min(self.sentence_lengths, default=0) < 1:
@@ -94,9 +100,10 @@ class PadBatch:
     """The padded batch of a list of sentence indices of ``split`` (a DataLoader's collate_fn).
 
     Returns ``token`` ``(B, T, token_dim)`` float32, ``words``, ``tags`` ``(B, T)`` int64,
-    ``mask`` ``(B, T)`` bool (True at real tokens), ``lengths`` and ``index`` ``(B,)`` int64 and,
-    for a split with a mix, ``layers`` ``(num_layers, B, T, dim)`` float32. Padding positions hold
-    row 0's values: every consumer masks them.
+    ``mask`` ``(B, T)`` bool (True at real tokens), ``lengths`` and ``index`` ``(B,)`` int64,
+    for a split with a mix ``layers`` ``(num_layers, B, T, dim)`` float32, and for a split with
+    character ids ``chars`` ``(B, T, 50)`` int64, 0 at padding (as ``elmolab.batch_to_ids`` pads).
+    Padding positions of the other fields hold row 0's values: every consumer masks them.
     """
 
     def __init__(self, split: TaggingSplit) -> None:
@@ -119,6 +126,9 @@ class PadBatch:
         }
         if self.split.layers is not None:
             batch["layers"] = self.split.layers[:, rows].float()  # (L, B, T, dim)
+        if self.split.chars is not None:
+            chars = self.split.chars[rows].long()  # (B, T, 50)
+            batch["chars"] = torch.where(mask[:, :, None], chars, 0)
         return batch
 
 

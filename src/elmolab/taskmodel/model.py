@@ -7,7 +7,9 @@ For token ``k`` of a sentence the input is
 ``t_k`` the context-free vector (the token encoder's layer 0), ``E w_k`` the task model's own word
 embedding, and, with an ELMo input, the learned scalar mix of the mix encoder's layers ``h_j``
 (ELMo, Peters et al. 2018, eq. 1; ``elmolab.models.scalar_mix.HeadMix``, whose L2 penalty
-``lambda |s|^2`` joins the loss). The layers are frozen: they come from the extract stage's cache.
+``lambda |s|^2`` joins the loss). Frozen, the layers come from the extract stage's cache;
+fine-tuned, a :class:`FineTunedLayers` runs the biLM inside the tagger and its parameters train
+with the rest.
 After dropout, a bidirectional LSTM reads the sentence, a linear map gives each tag's emission
 score, and a linear-chain CRF (``torchcrf.CRF``, the pytorch-crf package) scores whole tag
 sequences: training minimizes the negative log-likelihood of the gold sequence per token, and
@@ -16,6 +18,7 @@ prediction is the Viterbi sequence.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +28,45 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torchcrf import CRF
 
+from elmolab.models.bilm import BiLM
 from elmolab.models.scalar_mix import FeatureMode, HeadMix
 from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score
+
+
+class FineTunedLayers(nn.Module):
+    """A biLM inside the tagger, trained with it: ``(L, B, T, dim)`` layers of a batch's character
+    ids, standardized by fixed per-layer, per-dimension ``mean`` and ``std`` ``(L, dim)`` (the
+    train split's, as the frozen input's cached layers are), so that before its first step it
+    gives the frozen input's features. As ``elmolab.Elmo(requires_grad=True)`` does, every
+    sentence starts from zero states and the biLM's own training dropout is off."""
+
+    def __init__(self, bilm: BiLM, mean: torch.Tensor, std: torch.Tensor) -> None:
+        super().__init__()
+        self.bilm = bilm
+        self.register_buffer("mean", mean.float()[:, None, None])  # (L, 1, 1, dim)
+        self.register_buffer("std", std.float()[:, None, None])
+
+    @classmethod
+    def of(cls, bilm: BiLM, mean: torch.Tensor, std: torch.Tensor) -> FineTunedLayers:
+        """A trainable copy of ``bilm`` without its training dropout, standardized as given."""
+        tuned = BiLM(dataclasses.replace(bilm.options, dropout=0.0))
+        tuned.load_state_dict(bilm.state_dict())
+        return cls(tuned.requires_grad_(True), mean, std)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.mean.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.mean.shape[-1])
+
+    def forward(self, chars: torch.Tensor) -> torch.Tensor:
+        """``chars`` ``(B, T, 50)``, 0 at padding -> ``(L, B, T, dim)``."""
+        layers = self.bilm(chars, keep_marks=True).layers  # (B, L, T + 2, dim): <S> first
+        layers = layers[:, :, 1:-1].transpose(0, 1)  # (L, B, T, dim): token t at t
+        return (layers - self.mean) / self.std
+
 
 # HeadMix serves many heads; the tagger's one mix is head 0, reading minibatch 0.
 _ONE_HEAD = torch.zeros(1, dtype=torch.int64)
@@ -52,9 +92,10 @@ class BiLstmCrfTagger(nn.Module):
     """Emission scores from a BiLSTM over the tokens' inputs, a CRF over the tag sequence (see
     the module docstring)."""
 
-    def __init__(self, shape: TaggerShape) -> None:
+    def __init__(self, shape: TaggerShape, encoder: FineTunedLayers | None = None) -> None:
         super().__init__()
         self.shape = shape
+        self.encoder = encoder  # None: the mix reads the batch's cached layers
         self.words = nn.Embedding(shape.num_words, shape.word_dim) if shape.word_dim else None
         self.mix = (
             HeadMix([FeatureMode.SCALAR_MIX], shape.mix_layers, shape.l2_lambda)
@@ -80,7 +121,8 @@ class BiLstmCrfTagger(nn.Module):
         if self.words is not None:
             parts.append(self.words(batch["words"]))  # (B, T, word_dim)
         if self.mix is not None:
-            layers = batch["layers"][:, None]  # (L, 1, B, T, dim): one minibatch, one head
+            layers = batch["layers"] if self.encoder is None else self.encoder(batch["chars"])
+            layers = layers[:, None]  # (L, 1, B, T, dim): one minibatch, one head
             parts.append(self.mix(layers, _ONE_HEAD, _ONE_HEAD)[0])  # (B, T, dim)
         return torch.cat(parts, dim=-1)
 
@@ -112,7 +154,8 @@ class BiLstmCrfTagger(nn.Module):
 
 
 class TaggerModule(pl.LightningModule):
-    """Lightning's view of a :class:`BiLstmCrfTagger`: Adam (the mix at its own rate), span F1 on
+    """Lightning's view of a :class:`BiLstmCrfTagger`: Adam (the mix, and a fine-tuned biLM, each
+    at its own rate), span F1 on
     the dev split after each epoch (``dev/f1``, in percent, scored in the data's tag scheme by
     ``elmolab.probing.metrics.task_score``), Viterbi predictions in ``predict_step``."""
 
@@ -123,6 +166,7 @@ class TaggerModule(pl.LightningModule):
         dev_gold: list[list[int]],
         lr: float,
         mix_lr: float,
+        encoder_lr: float = 0.0,
     ) -> None:
         super().__init__()
         self.tagger = tagger
@@ -130,6 +174,7 @@ class TaggerModule(pl.LightningModule):
         self.dev_gold = dev_gold
         self.lr = lr
         self.mix_lr = mix_lr
+        self.encoder_lr = encoder_lr  # of a fine-tuned biLM's parameters
         self._dev_predictions: dict[int, list[int]] = {}
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
@@ -150,11 +195,14 @@ class TaggerModule(pl.LightningModule):
 
     def configure_optimizers(self) -> Any:
         mix = [] if self.tagger.mix is None else list(self.tagger.mix.parameters())
-        mixed = {id(p) for p in mix}
-        rest = [p for p in self.tagger.parameters() if id(p) not in mixed]
+        encoder = [] if self.tagger.encoder is None else list(self.tagger.encoder.parameters())
+        own = {id(p) for p in mix + encoder}
+        rest = [p for p in self.tagger.parameters() if id(p) not in own]
         groups = [{"params": rest, "lr": self.lr}]
         if mix:
             groups.append({"params": mix, "lr": self.mix_lr})
+        if encoder:
+            groups.append({"params": encoder, "lr": self.encoder_lr})
         return torch.optim.Adam(groups)
 
 

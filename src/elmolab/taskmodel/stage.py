@@ -7,7 +7,9 @@ The inputs, as the ELMo paper's Table 1 compares them (config ``taskmodel``, a
   word embedding;
 - ``elmo_<encoder>``, for each of ``mix_encoders``: the same with the learned scalar mix of that
   encoder's layers beside them, frozen (the extract stage's cached features). With the trained
-  biLM it is ELMo; the random and token_only encoders are controls of where the gain comes from.
+  biLM it is ELMo; the random and token_only encoders are controls of where the gain comes from;
+- ``finetune_<encoder>``, for each of ``finetune_encoders``: the same mix, its biLM run inside the
+  tagger and trained with it (``elmolab.taskmodel.model.FineTunedLayers``, at ``finetune_lr``).
 
 Output (``<out>``, written whole or not at all)::
 
@@ -30,7 +32,7 @@ import math
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +43,9 @@ import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from torch.utils.data import DataLoader, Sampler
 
+from elmolab.elmo import batch_to_ids
 from elmolab.errors import ElmolabError
+from elmolab.extract import encoder_files
 from elmolab.fsutil import atomic_dir, write_json
 from elmolab.hardware import peak_memory
 from elmolab.io.features import feature_path
@@ -57,12 +61,19 @@ from elmolab.taskmodel.data import (
     TaggingSplit,
     WordVocabulary,
 )
-from elmolab.taskmodel.model import BiLstmCrfTagger, TaggerModule, TaggerShape, sentence_f1
+from elmolab.taskmodel.model import (
+    BiLstmCrfTagger,
+    FineTunedLayers,
+    TaggerModule,
+    TaggerShape,
+    sentence_f1,
+)
 
 log = logging.getLogger("elmolab.taskmodel")
 
 BASELINE = "baseline"
 MIX_PREFIX = "elmo_"
+FINETUNE_PREFIX = "finetune_"
 TABLE_FILE = "table.md"
 ROLES = ("train", "dev", "test")
 # Batches of similar length are cut from runs of this many batches' sentences (less padding).
@@ -98,10 +109,16 @@ class TaskModelConfig:
     gradient_clip: float  # clip the gradient's norm at this
     standardize: bool  # each layer's dimensions by their train mean and deviation
     num_threads: int  # torch threads
+    finetune_encoders: list[str]  # one fine-tuned input per encoder (its biLM trains too)
+    finetune_lr: float  # Adam's learning rate of a fine-tuned biLM's parameters
     inputs: list[str] = field(default_factory=list)  # filled in: baseline, elmo_<encoder>, ...
 
     def __post_init__(self) -> None:
-        self.inputs = [BASELINE, *(MIX_PREFIX + name for name in self.mix_encoders)]
+        self.inputs = [
+            BASELINE,
+            *(MIX_PREFIX + name for name in self.mix_encoders),
+            *(FINETUNE_PREFIX + name for name in self.finetune_encoders),
+        ]
 
     def task(self) -> TaskConfig:
         """The task's splits and labels as a probing task (span F1 on a token field)."""
@@ -125,8 +142,12 @@ class TaskModelConfig:
         """Reject settings that cannot run, naming the key."""
         if not self.seeds:
             raise ElmolabError("taskmodel.seeds: at least one seed")
-        if len(set(self.mix_encoders)) != len(self.mix_encoders):
-            raise ElmolabError(f"taskmodel.mix_encoders: repeated names in {self.mix_encoders}")
+        for key in ("mix_encoders", "finetune_encoders"):
+            names = getattr(self, key)
+            if len(set(names)) != len(names):
+                raise ElmolabError(f"taskmodel.{key}: repeated names in {names}")
+        if self.finetune_encoders and not self.finetune_lr > 0:
+            raise ElmolabError(f"taskmodel.finetune_lr: {self.finetune_lr} is not positive")
         for key in ("max_epochs", "batch_size", "eval_batch_size", "hidden_dim", "lstm_layers"):
             if getattr(self, key) < 1:
                 raise ElmolabError(f"taskmodel.{key}: must be at least 1")
@@ -159,7 +180,7 @@ def load_task_data(config: TaskModelConfig, catalog: DataCatalog) -> TaskData:
         )
         for role, source in sources.items()
     }
-    layers = encoder_layers(config, config.token_encoder, sources, labels.labels)
+    layers, _ = encoder_layers(config, config.token_encoder, sources, labels.labels)
     token = {role: split.features[0].clone() for role, split in layers.items()}
     return TaskData(sources, labels.vocabulary, labels.labels, words, word_ids, token)
 
@@ -169,10 +190,11 @@ def encoder_layers(
     encoder: str,
     sources: dict[str, SplitSource],
     tags: dict[str, list[list[int]]],
-) -> dict[str, FeatureDataset]:
+) -> tuple[dict[str, FeatureDataset], tuple[torch.Tensor, torch.Tensor] | None]:
     """Role -> an encoder's cached layers ``(num_layers, tokens, dim)`` of that split, checked
     against the data (tokens, counts: an ElmolabError names the file and line), standardized by
-    the train split's statistics if ``config.standardize``."""
+    the train split's statistics if ``config.standardize``; and those statistics (mean, std),
+    each ``(num_layers, dim)`` (None without standardizing)."""
     encoder_dir = Path(config.features_dir) / encoder
     splits = {
         role: FeatureDataset.from_sentences(
@@ -182,9 +204,7 @@ def encoder_layers(
         )
         for role, source in sources.items()
     }
-    if config.standardize:
-        standardize_layers(splits)
-    return splits
+    return splits, standardize_layers(splits) if config.standardize else None
 
 
 class BucketBatches(Sampler[list[int]]):
@@ -243,19 +263,24 @@ def train_one(
     splits: dict[str, TaggingSplit],
     seed: int,
     label: str,
+    encoder: FineTunedLayers | None = None,
 ) -> tuple[dict[str, Any], list[list[int]]]:
-    """Train the tagger on ``splits`` with ``seed``; its record and test predictions (the best
-    dev epoch's state, restored from Lightning's checkpoint)."""
+    """Train the tagger on ``splits`` with ``seed`` (and ``encoder``'s biLM inside it, whose
+    layers the mix then reads); its record and test predictions (the best dev epoch's state,
+    restored from Lightning's checkpoint)."""
     torch.manual_seed(seed)
     train = splits["train"]
     layers = train.layers
+    mix_layers, mix_dim = (0, 0) if layers is None else (layers.shape[0], layers.shape[2])
+    if encoder is not None:
+        mix_layers, mix_dim = encoder.num_layers, encoder.dim
     shape = TaggerShape(
         num_tags=len(data.vocabulary),
         token_dim=train.token.shape[1],
         num_words=len(data.words),
         word_dim=config.word_dim,
-        mix_layers=0 if layers is None else layers.shape[0],
-        mix_dim=0 if layers is None else layers.shape[2],
+        mix_layers=mix_layers,
+        mix_dim=mix_dim,
         hidden_dim=config.hidden_dim,
         lstm_layers=config.lstm_layers,
         dropout=config.dropout,
@@ -263,7 +288,12 @@ def train_one(
     )
     dev_gold = splits["dev"].gold_sentences()
     module = TaggerModule(
-        BiLstmCrfTagger(shape), data.vocabulary, dev_gold, config.lr, config.mix_lr
+        BiLstmCrfTagger(shape, encoder),
+        data.vocabulary,
+        dev_gold,
+        config.lr,
+        config.mix_lr,
+        config.finetune_lr,
     )
     loaders = {
         role: DataLoader(
@@ -321,12 +351,20 @@ def train_one(
 
 
 def input_splits(config: TaskModelConfig, data: TaskData, name: str) -> dict[str, TaggingSplit]:
-    """Role -> the tagging split of input ``name`` (baseline, or elmo_<encoder>: its layers)."""
-    layers = None
-    if name != BASELINE:
+    """Role -> the tagging split of input ``name``: baseline; elmo_<encoder> with its cached
+    layers; finetune_<encoder> with the tokens' character ids."""
+    layers = chars = None
+    if name.startswith(MIX_PREFIX):
         encoder = name.removeprefix(MIX_PREFIX)
-        loaded = encoder_layers(config, encoder, data.sources, data.tags)
+        loaded, _ = encoder_layers(config, encoder, data.sources, data.tags)
         layers = {role: split.features for role, split in loaded.items()}
+    elif name.startswith(FINETUNE_PREFIX):
+        chars = {
+            role: batch_to_ids([[t for s in source.sentences for t in s.tokens]], truncate=True)[
+                0
+            ].to(torch.int16)  # (tokens, 50): ids < 262
+            for role, source in data.sources.items()
+        }
     return {
         role: TaggingSplit(
             token=data.token[role],
@@ -334,14 +372,44 @@ def input_splits(config: TaskModelConfig, data: TaskData, name: str) -> dict[str
             words=data.word_ids[role],
             tags=torch.tensor([t for s in data.tags[role] for t in s], dtype=torch.int64),
             sentence_lengths=tuple(len(s) for s in data.tags[role]),
+            chars=None if chars is None else chars[role],
         )
         for role in ROLES
     }
 
 
-def run_taskmodel(config: TaskModelConfig, catalog: DataCatalog, out_dir: Path) -> dict[str, Any]:
+def fine_tuned_encoder(
+    config: TaskModelConfig, data: TaskData, name: str, encoders: Mapping[str, Any]
+) -> Callable[[], FineTunedLayers]:
+    """A maker of input ``name``'s (finetune_<encoder>) biLM, fresh from its files for every seed
+    (any encoder folder: bilm-tf files or an elmolab ``model.pt``), standardized by the statistics
+    of its cached train layers (as elmo_<encoder>'s are)."""
+    encoder = name.removeprefix(FINETUNE_PREFIX)
+    if encoder not in encoders:
+        raise ElmolabError(
+            f"taskmodel.finetune_encoders: {encoder!r} is not one of extract.encoders "
+            f"({', '.join(encoders)})"
+        )
+    files = encoder_files(encoders[encoder], f"extract.encoders.{encoder}")
+    if config.standardize:
+        _, stats = encoder_layers(config, encoder, data.sources, data.tags)
+    else:  # the layers as they are
+        options = files.options_only()
+        shape = (options.lstm.n_layers + 1, 2 * options.lstm.projection_dim)
+        stats = (torch.zeros(shape), torch.ones(shape))
+    assert stats is not None
+    mean, std = stats
+    return lambda: FineTunedLayers.of(files.load(), mean, std)
+
+
+def run_taskmodel(
+    config: TaskModelConfig,
+    catalog: DataCatalog,
+    out_dir: Path,
+    encoders: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Every input and seed of ``config``; writes ``out_dir`` (module docstring) and returns the
-    summary."""
+    summary. ``encoders`` (``extract.encoders``) locates the biLMs of ``finetune_encoders``."""
     config.check()
     torch.set_num_threads(config.num_threads)
     start = time.perf_counter()
@@ -350,8 +418,13 @@ def run_taskmodel(config: TaskModelConfig, catalog: DataCatalog, out_dir: Path) 
     with atomic_dir(out_dir) as tmp:
         for name in config.inputs:
             splits = input_splits(config, data, name)
+            make_encoder = None
+            if name.startswith(FINETUNE_PREFIX):
+                make_encoder = fine_tuned_encoder(config, data, name, encoders or {})
             for seed in config.seeds:
-                result, predicted = train_one(config, data, splits, seed, f"{name}/seed{seed}")
+                encoder = None if make_encoder is None else make_encoder()
+                label = f"{name}/seed{seed}"
+                result, predicted = train_one(config, data, splits, seed, label, encoder)
                 run_dir = tmp / name / f"{SEED_PREFIX}{seed}"
                 write_json(run_dir / METRICS_FILE, result)
                 lengths = [len(s) for s in predicted]
@@ -393,7 +466,19 @@ def summarize(results: Sequence[dict[str, Any]], inputs: Sequence[str]) -> dict[
             [base[seed]["test_f1"] for seed in paired],
             [by_input[name][seed]["test_f1"] for seed in paired],
         )
-    return {"metric": "span_f1", "inputs": table, "vs_baseline": comparisons}
+    frozen = {}  # finetune_<encoder> against elmo_<encoder>, where both ran
+    for name in inputs:
+        twin = MIX_PREFIX + name.removeprefix(FINETUNE_PREFIX)
+        if name.startswith(FINETUNE_PREFIX) and twin in by_input:
+            paired = [seed for seed in sorted(by_input[name]) if seed in by_input[twin]]
+            frozen[name] = error_reduction(
+                [by_input[twin][seed]["test_f1"] for seed in paired],
+                [by_input[name][seed]["test_f1"] for seed in paired],
+            )
+    summary = {"metric": "span_f1", "inputs": table, "vs_baseline": comparisons}
+    if frozen:
+        summary["vs_frozen"] = frozen
+    return summary
 
 
 def error_reduction(baseline: Sequence[float], other: Sequence[float]) -> dict[str, Any]:
@@ -433,4 +518,11 @@ def markdown_table(summary: dict[str, Any]) -> str:
                 "" if versus["p_value"] is None else f"{versus['p_value']:.3g}",
             ]
         lines.append("| " + " | ".join(cells) + " |")
+    for name, versus in summary.get("vs_frozen", {}).items():
+        twin = MIX_PREFIX + name.removeprefix(FINETUNE_PREFIX)
+        p_value = "" if versus["p_value"] is None else f", p = {versus['p_value']:.3g}"
+        lines.append(
+            f"\n{name} against {twin} (fine-tuned against frozen): "
+            f"{versus['absolute']:+.2f} F1{p_value}"
+        )
     return "\n".join(lines) + "\n"

@@ -1,0 +1,54 @@
+"""The report's task-model section: the task model stage's summary (as the stage computes it from
+per-seed results) shown in index.html and summary.md, and carried whole into summary.json; a
+report without it says what is missing."""
+
+import json
+
+import numpy as np
+from fixtures.report.fake_artifacts import build_report, write, write_fake_artifacts
+
+from elmolab.taskmodel.stage import markdown_table, summarize
+
+INPUTS = ["baseline", "elmo_trained", "elmo_random", "finetune_trained"]
+TEST_F1 = {  # input -> test F1 of seeds 1, 2, 3
+    "baseline": [80.0, 80.6, 80.3],
+    "elmo_trained": [84.1, 84.9, 84.4],
+    "elmo_random": [80.2, 80.1, 80.9],
+    "finetune_trained": [84.5, 85.3, 84.6],
+}
+
+
+def _summary() -> dict:
+    results = [
+        {"input": name, "seed": seed, "test_f1": f1, "dev_f1": f1 + 1.0}
+        for name, scores in TEST_F1.items()
+        for seed, f1 in zip((1, 2, 3), scores, strict=True)
+    ]
+    return summarize(results, INPUTS)
+
+
+def test_the_task_model_section_shows_every_input_and_its_gain(tmp_path):
+    write_fake_artifacts(tmp_path, model=False)
+    summary = _summary()
+    write(tmp_path / "artifacts" / "taskmodel" / "metrics.json", summary)
+    report, out = build_report(tmp_path, **{"polysemy.enabled": False})
+    assert report["taskmodel"] == summary
+    gain = np.mean(TEST_F1["elmo_trained"]) - np.mean(TEST_F1["baseline"])
+    relative = 100 * gain / (100 - np.mean(TEST_F1["baseline"]))
+    markdown = (out / "summary.md").read_text()
+    page = (out / "index.html").read_text()
+    assert "## ELMo in a task model" in markdown and 'id="task-model"' in page
+    for text in (markdown, page):
+        assert f"{np.mean(TEST_F1['elmo_trained']):.2f} ± " in text
+        assert f"+{gain:.2f}" in text and f"+{relative:.1f}%" in text
+        assert "fine-tuned" in text and "against frozen: +0.33 F1" in text
+    assert "finetune_trained against elmo_trained" in markdown_table(summary)
+
+
+def test_without_the_task_model_the_report_says_so(tmp_path):
+    write_fake_artifacts(tmp_path, model=False)
+    report, out = build_report(tmp_path, **{"polysemy.enabled": False})
+    assert report["taskmodel"] is None
+    assert any("no task-model results" in line for line in report["missing"])
+    assert "## ELMo in a task model" not in (out / "summary.md").read_text()
+    assert json.loads((out / "summary.json").read_text())["taskmodel"] is None
