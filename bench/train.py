@@ -6,10 +6,12 @@ matmuls), and for each LSTM path, batch size and precision the training tokens/s
 Lightning training loop (Trainer, data module, the configured softmax) with the model FLOP rate
 as a share of both matmul rates. The paths (``pretrain.lstm_path``):
 
-- ``cell``: bilm-tf's cell with its clips (``--clip``, bilm-tf's 3): the old CPU default;
+- ``cell``: bilm-tf's cell with its clips (``--clip``, bilm-tf's 3): the CPU default's path;
 - ``compiled``: the same clipped cell through torch.compile (the compilation falls in the
   untimed warm-up steps; its seconds are printed apart);
-- ``fused``: PyTorch's fused LSTM kernel, the model without clips: the new CPU default.
+- ``fused``: PyTorch's fused LSTM kernel, the model without clips (what ``lstm_path: auto``
+  picks for a model without clips; the CPU default keeps bilm-tf's clips, so ``auto`` runs
+  ``cell`` there).
 
 The ratio of each path to the first one is printed too: other jobs on the machine move the
 absolute figures, much less their ratio.

@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def readme_example() -> str:
     """The first python block of README's "ELMo in your own model" section."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### ELMo in your own model\n", 1)[1].split("\n### ", 1)[0]
+    parts = re.split(r"^#+ ELMo in your own model\n", readme, maxsplit=1, flags=re.MULTILINE)
+    assert len(parts) == 2, "README has no 'ELMo in your own model' heading"
+    section = re.split(r"^#+ ", parts[1], maxsplit=1, flags=re.MULTILINE)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
     assert blocks, "README's ELMo section has no python block"
     return blocks[0]

@@ -157,11 +157,20 @@ def conditional_table(summary: dict[str, Any]) -> list[str]:
 
 
 def information_time(summary: dict[str, Any]) -> list[str]:
-    return [
-        f"{t['task']}: online code {t['online_code_seconds']:.0f} s, conditional heads"
-        f" {t['conditional_seconds']:.0f} s (probe time, summed over the workers)"
-        for t in summary.get("information_time", [])
-    ]
+    """Each task's probe time in the information measures it ran (a measure off: left out)."""
+    lines = []
+    for t in summary.get("information_time", []):
+        parts = [
+            f"{what} {t[key]:.0f} s"
+            for what, key in (
+                ("online code", "online_code_seconds"),
+                ("conditional heads", "conditional_seconds"),
+            )
+            if t.get(key) is not None
+        ]
+        if parts:
+            lines.append(f"{t['task']}: {', '.join(parts)} (probe time, summed over the workers)")
+    return lines
 
 
 def tree_mixes(summary: dict[str, Any], workspace: Path) -> list[str]:
@@ -206,6 +215,7 @@ def stage_times(workspace: Path, start: float, end: float) -> list[str]:
     probes = artifacts / "probes"
     for task in sorted(probes.iterdir()) if probes.is_dir() else []:
         outputs[f"probe@{task.name}"] = [task]
+    outputs["taskmodel"] = [artifacts / "taskmodel"]
     outputs["report"] = [artifacts / "report"]
     ends = []
     for name, folders in outputs.items():

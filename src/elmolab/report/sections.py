@@ -210,7 +210,7 @@ def task_model_label(name: str) -> str:
         return "baseline: layer 0 + own word embedding"
     for prefix, how in (("elmo_", "frozen"), ("finetune_", "fine-tuned")):
         if name.startswith(prefix):
-            return f"+ mix of the {encoder_label(name.removeprefix(prefix), short=True)} ({how})"
+            return f"+ mix of {encoder_label(name.removeprefix(prefix))} ({how})"
     return name
 
 
