@@ -229,8 +229,10 @@ class LstmWithProjection(nn.Module):
         time_major = inputs.transpose(0, 1).reshape(time * batch, self.input_size)
         xw = torch.addmm(self.B, time_major, W_x).to(state_dtype)  # (time * batch, 4 * cell)
         xw[:, 2 * C : 3 * C] += FORGET_BIAS
-        xw = xw.view(time, batch, 4 * C)  # (time, batch, 4 * cell)
-        outputs = inputs.new_zeros(time, batch, self.projection_size)  # (time, batch, proj)
+        # One view per step (unbind: the backward stacks the steps' gradients once, where
+        # indexing xw[t] would add a zero-filled (time, batch, 4 * cell) gradient per step).
+        steps = xw.view(time, batch, 4 * C).unbind(0)  # time x (batch, 4 * cell)
+        outputs: list[Tensor] = []  # time x (batch, proj), padded with zero rows
         ended_h, ended_c = [], []
         for t, running in enumerate(batch_sizes):
             if running < h.shape[0]:
@@ -241,16 +243,16 @@ class LstmWithProjection(nn.Module):
                 h, c = h * keep[t, :running], c * keep[t, :running]
             if self.compiled:
                 h, c = _compiled_cell_step()(
-                    xw[t, :running], h, c, W_h, self.W_P, self.cell_clip, self.proj_clip
+                    steps[t][:running], h, c, W_h, self.W_P, self.cell_clip, self.proj_clip
                 )
-                outputs[t, :running] = h
+                outputs.append(self._padded(h, batch, inputs.dtype))
                 continue
             if mixed:  # the product in bf16, the sum (a new tensor) in float32
-                gates = xw[t, :running] + torch.mm(h, W_h)  # (running, 4 * cell)
+                gates = steps[t][:running] + torch.mm(h, W_h)  # (running, 4 * cell)
             elif torch.is_grad_enabled():
-                gates = torch.addmm(xw[t, :running], h, W_h)  # (running, 4 * cell)
+                gates = torch.addmm(steps[t][:running], h, W_h)  # (running, 4 * cell)
             else:  # inference: accumulate into the rows of xw, no copy
-                gates = xw[t, :running].addmm_(h, W_h)  # (running, 4 * cell)
+                gates = steps[t][:running].addmm_(h, W_h)  # (running, 4 * cell)
             j = torch.tanh(gates[:, C : 2 * C])  # (running, cell)
             i, _, f, o = gates.sigmoid_().chunk(4, dim=1)  # (running, cell) each
             c = (f * c).addcmul_(i, j)  # (running, cell)
@@ -259,10 +261,19 @@ class LstmWithProjection(nn.Module):
             h = ((o * torch.tanh(c)) @ self.W_P).to(state_dtype)  # (running, proj)
             if self.proj_clip is not None:
                 h.clamp_(-self.proj_clip, self.proj_clip)
-            outputs[t, :running] = h
+            outputs.append(self._padded(h, batch, inputs.dtype))
         final_h = torch.cat([h, *reversed(ended_h)])  # (batch, proj)
         final_c = torch.cat([c, *reversed(ended_c)])  # (batch, cell)
-        return outputs.transpose(0, 1), (final_h, final_c)
+        return torch.stack(outputs, dim=1), (final_h, final_c)  # (batch, time, proj)
+
+    @staticmethod
+    def _padded(h: Tensor, batch: int, dtype: torch.dtype) -> Tensor:
+        """A step's output ``h`` (running, proj) as ``(batch, proj)`` of ``dtype``: the rows that
+        ended before this step are zero."""
+        h = h.to(dtype)
+        if h.shape[0] == batch:
+            return h
+        return torch.cat([h, h.new_zeros(batch - h.shape[0], h.shape[1])])
 
 
 class LstmStack(nn.Module):
