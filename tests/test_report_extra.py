@@ -32,6 +32,7 @@ from elmolab.report.collect import (
     read_learning_curve_runs,
     read_probe_runs,
 )
+from elmolab.taskmodel.stage import summarize
 
 ENCODERS = ("trained", "random", "token_only")
 N_SENTENCES = 60
@@ -442,6 +443,13 @@ def test_html_and_markdown_render_every_table_of_one_model(tmp_path):
     """index.html and summary.md come from the same Table objects: every header and every cell
     of every section shows in both (Markdown as its pipe rows, HTML as its cells)."""
     write_complete_artifacts(tmp_path)
+    results = [  # the task model stage's summary of two inputs, two seeds
+        {"input": name, "seed": seed, "test_f1": 80.0 + seed + (name != "baseline"), "dev_f1": 81}
+        for name in ("baseline", "elmo_trained")
+        for seed in (1, 2)
+    ]
+    summary = summarize(results, ["baseline", "elmo_trained"])
+    write(tmp_path / "artifacts" / "taskmodel" / "metrics.json", summary)
     cfg = report_config(tmp_path, **{"polysemy.enabled": False})
     config = section(cfg, "report", ReportConfig)
     data = gather(
@@ -453,7 +461,7 @@ def test_html_and_markdown_render_every_table_of_one_model(tmp_path):
     markdown = (out / "summary.md").read_text(encoding="utf-8").splitlines()
     built = sections.Sections.of(data)
     present = [t for t in vars(built).values() if isinstance(t, sections.Table)]
-    assert len(present) == 8  # every section of the complete fixture has its table
+    assert len(present) == 10  # every section of the complete fixture has its table
     for table in present:
         header = "| " + " | ".join(
             c.title + (f" ({c.detail})" if c.detail else "") for c in table.columns

@@ -1,10 +1,11 @@
-"""The report's task-model section: the task model stage's summary (as the stage computes it from
-per-seed results) shown in index.html and summary.md, and carried whole into summary.json; a
-report without it says what is missing."""
+"""The report's task-model section: the task model stage's summary (as the stage computes it
+from per-seed results) shown in index.html and summary.md, and carried whole into summary.json;
+a report without it says what is missing. And the trained biLM tested against random init."""
 
 import json
 
 import numpy as np
+import pytest
 from fixtures.report.fake_artifacts import build_report, write, write_fake_artifacts
 
 from elmolab.taskmodel.stage import markdown_table, summarize
@@ -52,3 +53,18 @@ def test_without_the_task_model_the_report_says_so(tmp_path):
     assert any("no task-model results" in line for line in report["missing"])
     assert "## ELMo in a task model" not in (out / "summary.md").read_text()
     assert json.loads((out / "summary.json").read_text())["taskmodel"] is None
+
+
+def test_the_trained_bilm_is_tested_against_random_init(tmp_path):
+    """Every task and mode with both encoders: the trained biLM against the random-init control,
+    with the same test as against the token layer, in the report and summary.json."""
+    write_fake_artifacts(tmp_path, model=False)
+    report, out = build_report(tmp_path, **{"polysemy.enabled": False})
+    comparisons = report["trained_vs_random"]["comparisons"]
+    assert comparisons and all(c["p_value"] is not None for c in comparisons)
+    first = comparisons[0]
+    assert first["baseline"] == "random" and first["encoder"] == "trained"
+    assert first["difference"] == pytest.approx(first["encoder_mean"] - first["baseline_mean"])
+    markdown = (out / "summary.md").read_text()
+    assert "## Trained biLM vs random init" in markdown
+    assert "Trained biLM vs random init (p < 0.05):" in markdown

@@ -28,6 +28,7 @@ from elmolab.report.collect import (
     CONTROL_SUFFIX,
     LAYER_PANEL,
     MAIN_ENCODER,
+    RANDOM_ENCODER,
     SCALAR_MIX,
     TOKEN_LAYER_ENCODER,
     Inputs,
@@ -112,6 +113,8 @@ class ReportData:
     selectivity: list[Selectivity]
     # The trained biLM against its token layer under random LSTMs, per task and feature mode.
     token_comparisons: list[EncoderComparison]
+    # The trained biLM against the random-initialisation control, per task and feature mode.
+    random_comparisons: list[EncoderComparison]
     # (task, features, encoder, training fraction) -> runs, for the probe learning curves.
     curve_cells: dict[tuple[str, str, str, float], Cell]
     curve_comparisons: list[EncoderComparison]  # as token_comparisons, per training fraction
@@ -198,6 +201,9 @@ def gather(
         selectivity=selectivities(cells),
         token_comparisons=compare_encoders(
             cells.values(), MAIN_ENCODER, TOKEN_LAYER_ENCODER, samples, seed
+        ),
+        random_comparisons=compare_encoders(
+            cells.values(), MAIN_ENCODER, RANDOM_ENCODER, samples, seed
         ),
         curve_cells=curve_cells,
         curve_comparisons=compare_encoders(

@@ -61,6 +61,8 @@ MAIN_ENCODER = "trained"  # the pretrained biLM; every other encoder is a baseli
 # The trained biLM's token layer (char CNN, highway, projection) under random orthogonal LSTMs:
 # the baseline that isolates what pretraining the LSTMs added.
 TOKEN_LAYER_ENCODER = "token_only"
+# The same network never trained: the baseline that isolates what pretraining added at all.
+RANDOM_ENCODER = "random"
 ENCODER_LABELS = {
     "trained": "trained biLM",
     "random": "random init",

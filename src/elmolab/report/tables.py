@@ -236,9 +236,19 @@ class EncoderRow:
 def trained_vs_token_layer(data: ReportData) -> list[EncoderRow]:
     """Per task and feature mode: the trained biLM against its token layer under random LSTMs,
     on all the training data."""
+    return encoder_rows(data, data.token_comparisons)
+
+
+def trained_vs_random(data: ReportData) -> list[EncoderRow]:
+    """Per task and feature mode: the trained biLM against the random-initialisation control."""
+    return encoder_rows(data, data.random_comparisons)
+
+
+def encoder_rows(data: ReportData, comparisons: list[EncoderComparison]) -> list[EncoderRow]:
+    """A row per comparison of the trained biLM with a baseline encoder."""
     alpha = data.significance.alpha
     rows = []
-    for c in data.token_comparisons:
+    for c in comparisons:
         verdict, verdict_class = encoder_verdict(c, alpha)
         rows.append(
             EncoderRow(
@@ -258,10 +268,23 @@ def trained_vs_token_layer(data: ReportData) -> list[EncoderRow]:
 
 def _token_finding(data: ReportData) -> list[str]:
     """Where the trained biLM beats its own token layer under random LSTMs, significantly."""
+    return _encoder_finding(data, data.token_comparisons, "its token layer with random LSTMs")
+
+
+def _random_finding(data: ReportData) -> list[str]:
+    """Where the trained biLM beats the random-initialisation control, significantly."""
+    return _encoder_finding(data, data.random_comparisons, "random init")
+
+
+def _encoder_finding(
+    data: ReportData, comparisons: list[EncoderComparison], baseline: str
+) -> list[str]:
+    """One sentence: the tasks and feature modes where the trained biLM is significantly better
+    than, not significantly different from, or worse than a baseline encoder."""
     alpha = data.significance.alpha
     compared: dict[str, list[str]] = {}  # task: its compared feature modes
     groups: dict[str, dict[str, list[str]]] = {}  # verdict: task: feature modes
-    for c in data.token_comparisons:
+    for c in comparisons:
         compared.setdefault(c.task, []).append(c.features)
         groups.setdefault(c.verdict(alpha), {}).setdefault(c.task, []).append(c.features)
     names = {
@@ -282,7 +305,7 @@ def _token_finding(data: ReportData) -> list[str]:
     ]
     if not parts:
         return []
-    return [f"Trained biLM vs its token layer with random LSTMs (p < {alpha}): {'; '.join(parts)}."]
+    return [f"Trained biLM vs {baseline} (p < {alpha}): {'; '.join(parts)}."]
 
 
 @dataclass(frozen=True)
@@ -767,6 +790,7 @@ def findings(data: ReportData) -> list[str]:
                 f"({', '.join(f'{task} {pct(gain, signed=True)}' for task, gain in gains)} "
                 "points)."
             )
+    lines += _random_finding(data)
     lines += _token_finding(data)
     if rows:
         lines.append(

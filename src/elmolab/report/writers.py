@@ -20,6 +20,7 @@ from elmolab.report.sections import (
     CONDITIONAL_METHOD,
     ENCODER_METHOD,
     LAYER_METHOD,
+    RANDOM_METHOD,
     SIGNIFICANCE_METHOD,
     Sections,
 )
@@ -176,6 +177,10 @@ def summary_json(data: ReportData) -> dict[str, Any]:
             }
             for c in data.comparisons
         ],
+        "trained_vs_random": {
+            "method": RANDOM_METHOD.format(alpha=alpha),
+            "comparisons": [_encoder_comparison(c, alpha) for c in data.random_comparisons],
+        },
         "trained_vs_token_only": {
             "method": ENCODER_METHOD.format(alpha=alpha),
             "comparisons": [_encoder_comparison(c, alpha) for c in data.token_comparisons],
