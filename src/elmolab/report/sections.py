@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from elmolab.report import tables
-from elmolab.report.collect import encoder_label
+from elmolab.report.collect import RANDOM_ENCODER, TOKEN_LAYER_ENCODER, encoder_label
 from elmolab.report.information import conditional_label
 
 if TYPE_CHECKING:
@@ -285,16 +285,27 @@ def pretraining(data: ReportData) -> Table:
 
 
 def trained_vs_token_layer(data: ReportData) -> Table | None:
-    rows = tables.trained_vs_token_layer(data)
+    return _encoder_table(
+        tables.trained_vs_token_layer(data),
+        TOKEN_LAYER_ENCODER,
+        "What pretraining the LSTMs added beyond a good token layer: the trained biLM against its"
+        " own token layer (char CNN, highway, projection) under random orthogonal LSTMs.",
+        ENCODER_METHOD.format(alpha=data.significance.alpha),
+    )
+
+
+def _encoder_table(
+    rows: list[tables.EncoderRow], baseline: str, note_before: str, method: str
+) -> Table | None:
+    """The trained biLM against a baseline encoder, a row per task and feature mode."""
     if not rows:
         return None
-    method = ENCODER_METHOD.format(alpha=data.significance.alpha)
     return Table(
         _columns(
             "task",
             "features",
             encoder_label("trained"),
-            encoder_label("token_only"),
+            encoder_label(baseline),
             ("difference", "points"),
             "p",
             "verdict",
@@ -310,9 +321,7 @@ def trained_vs_token_layer(data: ReportData) -> Table | None:
             for r in rows
         ],
         _starts([r.task for r in rows]),
-        note_before="What pretraining the LSTMs added beyond a good token layer: the trained biLM"
-        " against its own token layer (char CNN, highway, projection) under random orthogonal"
-        " LSTMs.",
+        note_before=note_before,
         note=f"Test scores in %, mean ± std over seeds. {method}",
     )
 
@@ -326,34 +335,12 @@ RANDOM_METHOD = (
 
 def trained_vs_random(data: ReportData) -> Table | None:
     """Per task and feature mode: the trained biLM against the random-initialisation control."""
-    rows = tables.trained_vs_random(data)
-    if not rows:
-        return None
-    method = RANDOM_METHOD.format(alpha=data.significance.alpha)
-    return Table(
-        _columns(
-            "task",
-            "features",
-            encoder_label("trained"),
-            encoder_label("random"),
-            ("difference", "points"),
-            "p",
-            "verdict",
-        ),
-        [
-            [
-                TableCell(r.task),
-                TableCell(r.features),
-                _number(r.value),
-                _number(r.baseline_value),
-                *_test_cells(r.difference, r.p_value, r.verdict, r.verdict_class, r.method),
-            ]
-            for r in rows
-        ],
-        _starts([r.task for r in rows]),
-        note_before="What pretraining added at all: the trained biLM against the same network"
-        " with its initial random weights.",
-        note=f"Test scores in %, mean ± std over seeds. {method}",
+    return _encoder_table(
+        tables.trained_vs_random(data),
+        RANDOM_ENCODER,
+        "What pretraining added at all: the trained biLM against the same network with its"
+        " initial random weights.",
+        RANDOM_METHOD.format(alpha=data.significance.alpha),
     )
 
 
