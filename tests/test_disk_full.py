@@ -1,7 +1,8 @@
 """A full disk during extraction and probing, on a real small filesystem (a tmpfs; we mount it,
 so these tests need root and skip otherwise): one line naming the stage, the file and the free
 space, a non-zero exit without a segmentation fault, no temporary file left, and once space is
-freed the rerun writes exactly what a run that never lacked space writes."""
+freed the rerun (the stages alone, or `dvc repro` of a DVC project of both) writes exactly what
+a run that never lacked space writes."""
 
 import hashlib
 import os
@@ -13,13 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from fixtures.workspace import CONF, write_mini_data, write_tiny_encoders
 
 from elmolab.io.results import reproducible_results
 from elmolab.params import compose_params
 
 ROOT = Path(__file__).resolve().parents[1]
-# Two stages thrice on mini data, in subprocesses: about 40 s on a 2-core machine.
+# Two stages several times on mini data, in subprocesses: about 2 minutes on a 2-core machine.
 pytestmark = pytest.mark.slow
 TMPFS_MIB = 24
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [\w.]+: ")  # the stages' logging
@@ -162,4 +164,68 @@ def test_a_disk_filling_up_during_extraction_and_probing_ends_in_one_line(
 
     ballast.unlink()
     assert _stage(PROBE, params).returncode == 0
+    assert _outputs(small_disk) == clean
+
+
+def _dvc_pipeline(root: Path) -> list[str]:
+    """``root`` as a DVC project (no git) whose pipeline is the two stages of this module: the
+    extraction of conll2000 and the chunk probe, reading ``root/params.yaml``. Returns the
+    command that runs DVC."""
+    stages = {
+        "extract": {
+            "cmd": " ".join([sys.executable, *EXTRACT]).format(params="params.yaml"),
+            "deps": ["data/probing/conll2000", "artifacts/bilm", "artifacts/bilm_random"],
+            "outs": ["artifacts/features"],
+        },
+        "probe": {
+            "cmd": " ".join([sys.executable, *PROBE]).format(params="params.yaml"),
+            "deps": ["artifacts/features"],
+            "outs": ["artifacts/probes/chunk"],
+        },
+    }
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}), encoding="utf-8")
+    dvc = [sys.executable, "-m", "dvc"]
+    done = subprocess.run([*dvc, "init", "--no-scm", "-q"], cwd=root, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    return dvc
+
+
+def test_after_a_full_disk_dvc_repro_ends_as_a_clean_run(
+    data_dir: Path, small_disk: Path, clean: dict[str, object]
+) -> None:
+    """Under DVC: the extraction refused for want of space, then the probe stopped midway by a
+    full disk, each with the stage's one line and no segfault; once space is freed, `dvc repro`
+    finishes and every result equals the run that never lacked space."""
+    root = small_disk.parent
+    _workspace(root, data_dir)
+    dvc = _dvc_pipeline(root)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "DVC_NO_ANALYTICS": "1"}
+
+    def repro(*targets: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*dvc, "repro", *targets], cwd=root, env=env, capture_output=True, text=True,
+            timeout=900,
+        )  # fmt: skip
+
+    ballast = _fill(small_disk, 1 << 20)
+    done = repro()
+    assert done.returncode != 0 and "Segmentation fault" not in done.stderr + done.stdout
+    assert "exited with -11" not in done.stderr + done.stdout
+    output = done.stderr + done.stdout
+    assert "error: artifacts/features: extraction needs up to " in output, output
+    print(next(line for line in output.splitlines() if line.startswith("error: ")))
+    ballast.unlink()
+
+    assert repro("extract").returncode == 0
+    ballast = _fill(small_disk, 16 << 10)
+    done = repro()
+    output = done.stderr + done.stdout
+    assert done.returncode != 0 and "exited with -11" not in output
+    assert "error: artifacts/probes/chunk" in output and "in stage probe (" in output, output
+    print(next(line for line in output.splitlines() if line.startswith("error: ")))
+    assert not [p for p in small_disk.rglob(".*") if p.name.endswith((".tmp", ".old"))]
+    ballast.unlink()
+
+    done = repro()
+    assert done.returncode == 0, done.stderr
     assert _outputs(small_disk) == clean
