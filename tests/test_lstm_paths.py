@@ -23,7 +23,7 @@ from elmolab.cli import main
 from elmolab.errors import ElmolabError
 from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.models.bilm_tf import export_bilm, load_bilm
-from elmolab.models.lstm import LstmStack, LstmState, choose_lstm_path
+from elmolab.models.lstm import LstmStack, LstmState, LstmWithProjection, choose_lstm_path
 from elmolab.text.chars import char_ids_for_sentences
 from elmolab.text.vocab import Vocabulary
 from elmolab.training.data import LMDataModule
@@ -215,3 +215,64 @@ def test_trained_on_fused_exports_bit_for_bit_and_embeds_the_same(tmp_path: Path
             ids = char_ids_for_sentences([sentence.split()], add_sentence_marks=False)
             layers = trained(ids).layers[0]  # (layers, tokens, 2 * proj)
         np.testing.assert_allclose(embedded[sentence], layers.numpy(), rtol=0, atol=2e-6)
+
+
+def _reference_cell_forward(layer, inputs, batch_sizes, resets):
+    """The cell path written plainly, one indexed step at a time (``xw[t]`` read and
+    ``outputs[t]`` written in place): what ``LstmWithProjection`` computed before its time loop
+    took one view per step and stacked its outputs."""
+    batch, time, _ = inputs.shape
+    mixed = torch.is_autocast_enabled("cpu")
+    state_dtype = torch.float32 if mixed else inputs.dtype
+    h = inputs.new_zeros(batch, layer.projection_size, dtype=state_dtype)
+    c = inputs.new_zeros(batch, layer.cell_size, dtype=state_dtype)
+    keep = (~resets).t().to(state_dtype)[..., None]  # (time, batch, 1)
+    C = layer.cell_size
+    W_x, W_h = layer.W_0.split([layer.input_size, layer.projection_size])
+    xw = torch.addmm(layer.B, inputs.transpose(0, 1).reshape(time * batch, -1), W_x)
+    xw = xw.to(state_dtype)
+    xw[:, 2 * C : 3 * C] += 1.0  # the forget bias
+    xw = xw.view(time, batch, 4 * C)
+    outputs = inputs.new_zeros(time, batch, layer.projection_size)
+    for t, running in enumerate(batch_sizes):
+        h, c = h[:running], c[:running]
+        h, c = h * keep[t, :running], c * keep[t, :running]
+        if mixed:
+            gates = xw[t, :running] + torch.mm(h, W_h)
+        else:
+            gates = torch.addmm(xw[t, :running], h, W_h)
+        j = torch.tanh(gates[:, C : 2 * C])
+        i, _, f, o = gates.sigmoid_().chunk(4, dim=1)
+        c = (f * c).addcmul_(i, j).clamp_(-layer.cell_clip, layer.cell_clip)
+        h = ((o * torch.tanh(c)) @ layer.W_P).to(state_dtype)
+        h.clamp_(-layer.proj_clip, layer.proj_clip)
+        outputs[t, :running] = h
+    return outputs.transpose(0, 1)
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["float32", "bf16-autocast"])
+def test_the_cell_time_loop_is_bit_identical_to_indexed_steps(mixed: bool) -> None:
+    """Outputs and every gradient (inputs and parameters) of the cell path equal the plain
+    indexed-step computation bit for bit: rows of different lengths, state resets included."""
+    torch.manual_seed(3)
+    layer = LstmWithProjection(16, 32, 8, cell_clip=3.0, proj_clip=3.0)
+    inputs = torch.randn(6, 9, 16)
+    batch_sizes = [6, 6, 6, 5, 5, 3, 3, 2, 1]  # rows sorted by decreasing length
+    resets = torch.rand(6, 9) < 0.2
+    found = []
+    for forward in (
+        lambda x: layer(x, batch_sizes, None, resets)[0],
+        lambda x: _reference_cell_forward(layer, x, batch_sizes, resets),
+    ):
+        layer.zero_grad()
+        x = inputs.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
+            out = forward(x)
+        lengths = torch.tensor([sum(n > r for n in batch_sizes) for r in range(6)])
+        valid = torch.arange(9)[None, :] < lengths[:, None]  # (rows, time) inside each row
+        (out.float() * valid[..., None] * torch.linspace(-1, 1, 8)).sum().backward()
+        found.append(
+            [out.detach() * valid[..., None], x.grad, *(p.grad for p in layer.parameters())]
+        )
+    for new, reference in zip(*found, strict=True):
+        assert torch.equal(new, reference)
