@@ -12,7 +12,6 @@ Output (replaced whole, and only when complete)::
 
 from __future__ import annotations
 
-import json
 import logging
 import subprocess
 from collections.abc import Mapping
@@ -33,6 +32,7 @@ from elmolab.report.collect import (
     TOKEN_LAYER_ENCODER,
     Inputs,
     collect,
+    read_taskmodel,
 )
 from elmolab.report.information import (
     CodeCell,
@@ -219,20 +219,8 @@ def gather(
         gains=conditional_gains(cells, conditional_cells, samples, seed),
         families=task_families(cells, families),
         layer_gaps=layer_gaps(cells, lower, upper, samples, seed),
-        taskmodel=_taskmodel(Path(config.inputs.taskmodel), inputs.missing),
+        taskmodel=read_taskmodel(Path(config.inputs.taskmodel), inputs.missing),
     )
-
-
-def _taskmodel(folder: Path, missing: list[str]) -> dict | None:
-    """The task model stage's summary, or None (and a line in ``missing``)."""
-    path = folder / "metrics.json"
-    if not path.is_file():
-        missing.append(f"no task-model results ({path}): ELMo in a task model is not shown")
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise ElmolabError(f"unreadable task-model summary: {error}", path) from error
 
 
 def task_families(

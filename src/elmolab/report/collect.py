@@ -584,6 +584,16 @@ def _number_list(data: Mapping[str, Any], key: str, path: Path) -> list[float]:
     return [_as_float(value, key, path) for value in _require(data, key, list, path)]
 
 
+def read_taskmodel(folder: Path, missing: list[str]) -> dict[str, Any] | None:
+    """The task model stage's summary (``<folder>/metrics.json``), or None and a line in
+    ``missing``."""
+    path = folder / "metrics.json"
+    if not path.is_file():
+        missing.append(f"no task-model results ({path}): ELMo in a task model is not shown")
+        return None
+    return _load_json_object(path)
+
+
 def _load_json_object(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -381,9 +381,9 @@ def input_splits(config: TaskModelConfig, data: TaskData, name: str) -> dict[str
 def fine_tuned_encoder(
     config: TaskModelConfig, data: TaskData, name: str, encoders: Mapping[str, Any]
 ) -> Callable[[], FineTunedLayers]:
-    """A maker of input ``name``'s (finetune_<encoder>) biLM, fresh from its files for every seed
-    (any encoder folder: bilm-tf files or an elmolab ``model.pt``), standardized by the statistics
-    of its cached train layers (as elmo_<encoder>'s are)."""
+    """A maker of input ``name``'s (finetune_<encoder>) biLM, a fresh trainable copy of the
+    encoder (any encoder folder: bilm-tf files or an elmolab ``model.pt``, read once) for every
+    seed, standardized by the statistics of its cached train layers (as elmo_<encoder>'s are)."""
     encoder = name.removeprefix(FINETUNE_PREFIX)
     if encoder not in encoders:
         raise ElmolabError(
@@ -391,15 +391,17 @@ def fine_tuned_encoder(
             f"({', '.join(encoders)})"
         )
     files = encoder_files(encoders[encoder], f"extract.encoders.{encoder}")
-    if config.standardize:
-        _, stats = encoder_layers(config, encoder, data.sources, data.tags)
+    if config.standardize:  # the train split's statistics: only its features are read
+        train = {"train": data.sources["train"]}
+        _, stats = encoder_layers(config, encoder, train, {"train": data.tags["train"]})
     else:  # the layers as they are
         options = files.options_only()
         shape = (options.lstm.n_layers + 1, 2 * options.lstm.projection_dim)
         stats = (torch.zeros(shape), torch.ones(shape))
     assert stats is not None
     mean, std = stats
-    return lambda: FineTunedLayers.of(files.load(), mean, std)
+    source = files.load()
+    return lambda: FineTunedLayers.of(source, mean, std)
 
 
 def run_taskmodel(
@@ -458,27 +460,29 @@ def summarize(results: Sequence[dict[str, Any]], inputs: Sequence[str]) -> dict[
             "std": float(np.std(test, ddof=1)) if len(test) > 1 else None,
             "dev_mean": float(np.mean([runs[seed]["dev_f1"] for seed in sorted(runs)])),
         }
-    base = by_input[BASELINE]
-    comparisons = {}
-    for name in inputs[1:]:
-        paired = [seed for seed in sorted(by_input[name]) if seed in base]
-        comparisons[name] = error_reduction(
-            [base[seed]["test_f1"] for seed in paired],
-            [by_input[name][seed]["test_f1"] for seed in paired],
-        )
-    frozen = {}  # finetune_<encoder> against elmo_<encoder>, where both ran
-    for name in inputs:
-        twin = MIX_PREFIX + name.removeprefix(FINETUNE_PREFIX)
-        if name.startswith(FINETUNE_PREFIX) and twin in by_input:
-            paired = [seed for seed in sorted(by_input[name]) if seed in by_input[twin]]
-            frozen[name] = error_reduction(
-                [by_input[twin][seed]["test_f1"] for seed in paired],
-                [by_input[name][seed]["test_f1"] for seed in paired],
-            )
+    comparisons = {name: _paired(by_input, BASELINE, name) for name in inputs[1:]}
+    frozen = {  # finetune_<encoder> against elmo_<encoder>, where both ran
+        name: _paired(by_input, MIX_PREFIX + name.removeprefix(FINETUNE_PREFIX), name)
+        for name in inputs
+        if name.startswith(FINETUNE_PREFIX)
+        and MIX_PREFIX + name.removeprefix(FINETUNE_PREFIX) in by_input
+    }
     summary = {"metric": "span_f1", "inputs": table, "vs_baseline": comparisons}
     if frozen:
         summary["vs_frozen"] = frozen
     return summary
+
+
+def _paired(
+    by_input: dict[str, dict[int, dict[str, Any]]], reference: str, name: str
+) -> dict[str, Any]:
+    """Input ``name`` against input ``reference`` (:func:`error_reduction`) on their common
+    seeds."""
+    seeds = [seed for seed in sorted(by_input[name]) if seed in by_input[reference]]
+    return error_reduction(
+        [by_input[reference][seed]["test_f1"] for seed in seeds],
+        [by_input[name][seed]["test_f1"] for seed in seeds],
+    )
 
 
 def error_reduction(baseline: Sequence[float], other: Sequence[float]) -> dict[str, Any]:
