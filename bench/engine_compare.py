@@ -90,8 +90,10 @@ def _new_side(payload: dict, schedule: dict) -> dict:
     from elmolab.models.scalar_mix import FeatureMode
     from elmolab.params import compose_params
     from elmolab.probing.datasets import FeatureDataset
-    from elmolab.probing.engine import Head, ProbeSettings, train_heads
+    from elmolab.probing.engine import train_heads
     from elmolab.probing.metrics import LabelVocabulary
+    from elmolab.probing.probes import Head
+    from elmolab.probing.settings import ProbeSettings
 
     settings = section(OmegaConf.create(compose_params(ROOT / "conf")), "probe", ProbeSettings)
     settings = dataclasses.replace(
@@ -167,8 +169,8 @@ def write_payloads(args: argparse.Namespace, out: Path) -> list[Path]:
     from elmolab.config import section
     from elmolab.extract import ExtractConfig
     from elmolab.params import compose_params
-    from elmolab.probing.engine import ProbeSettings
     from elmolab.probing.runner import GridConfig, feature_modes, load_splits
+    from elmolab.probing.settings import ProbeSettings
 
     cfg = OmegaConf.create(compose_params(ROOT / "conf"))
     OmegaConf.update(cfg, "probe.features_dir", str(args.features))

@@ -28,8 +28,10 @@ from elmolab.extract import ExtractConfig
 from elmolab.hardware import cpu_model
 from elmolab.models.scalar_mix import FeatureMode
 from elmolab.params import compose_params
-from elmolab.probing.engine import Head, ProbeSettings, probe_precision, train_heads
+from elmolab.probing.engine import train_heads
+from elmolab.probing.probes import Head
 from elmolab.probing.runner import GridConfig, load_splits
+from elmolab.probing.settings import ProbeSettings, probe_precision
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
 """What the probe stage costs, task by task, from cached features (target: 20 minutes on 2 cores).
 
-The stage runs, per task, *jobs* (``elmolab.probing.runner.plan_jobs``): an encoder and a training
+The stage runs, per task, *jobs* (``elmolab.probing.jobs.plan_jobs``): an encoder and a training
 set (the full split, or a learning-curve share for token tasks, or the blocks before one of the
 online code's blocks for tasks with ``mdl``), each one fit of the probe engine with every feature
 mode and seed as heads (pair and tree tasks: a job per seed and part, the concatenation apart).
@@ -62,26 +62,21 @@ from elmolab.extract import ExtractConfig
 from elmolab.hardware import cpu_model
 from elmolab.params import compose_params
 from elmolab.probing.engine import (
-    PRECISIONS,
     ArcProbes,
     FitTrace,
     HeadAdam,
-    ProbeSettings,
-    Schedule,
     StructuralProbes,
     TokenProbes,
-    probe_dtype,
-    probe_precision,
     train_step,
 )
-from elmolab.probing.runner import (
-    GridConfig,
-    feature_modes,
-    layer0_twins,
-    load_splits,
-    plan_jobs,
-    run_cell,
-    training_subset,
+from elmolab.probing.jobs import layer0_twins, plan_jobs, training_subset
+from elmolab.probing.runner import GridConfig, feature_modes, load_splits, run_cell
+from elmolab.probing.settings import (
+    PRECISIONS,
+    ProbeSettings,
+    Schedule,
+    probe_dtype,
+    probe_precision,
 )
 from elmolab.probing.tasks import TaskConfig, TaskKind
 

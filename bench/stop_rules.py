@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from elmolab.probing.engine import HeadStopping
+from elmolab.probing.probes import Stopping
 
 TREE_KINDS = ("arc", "structural")
 
@@ -33,7 +33,7 @@ TREE_KINDS = ("arc", "structural")
 @dataclass(frozen=True)
 class Rule:
     """Stop a head after ``patience`` epochs without progress in a row, or ``max_stalls`` in all
-    (the engine's :class:`HeadStopping`; each epoch without progress also cuts its learning
+    (the engine's :class:`Stopping`; each epoch without progress also cuts its learning
     rate, which decides nothing before the stop and is not replayed)."""
 
     patience: int
@@ -44,7 +44,7 @@ class Rule:
     def replay(self, history: list[dict]) -> tuple[int, int]:
         """The epoch the rule stops at (the last of ``history`` if it does not stop) and the
         epoch whose state it keeps (the best dev state up to there)."""
-        head = HeadStopping(self.patience, self.max_stalls, self.min_delta, self.loss_only)
+        head = Stopping(self.patience, self.max_stalls, self.min_delta, self.loss_only)
         for record in history:
             head.record(record["epoch"], record["dev_metric"], record["dev_loss"])
             if head.stopped:

@@ -22,8 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 from elmolab.config import run_stage, section
 from elmolab.errors import ElmolabError
 from elmolab.extract import ExtractConfig
-from elmolab.probing.engine import ProbeSettings
 from elmolab.probing.runner import FeaturesConfig, GridConfig, feature_modes, run_cell
+from elmolab.probing.settings import ProbeSettings
 from elmolab.probing.tasks import TaskConfig
 from elmolab.tracking import init_run, run_tags
 

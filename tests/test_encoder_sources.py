@@ -29,8 +29,8 @@ from elmolab.errors import ElmolabError
 from elmolab.extract import ExtractConfig, encoder_files, extract, load_encoder
 from elmolab.io.features import summary_path
 from elmolab.models.bilm import BiLM
-from elmolab.probing.engine import ProbeSettings
 from elmolab.probing.runner import run_cell
+from elmolab.probing.settings import ProbeSettings
 from elmolab.probing.tasks import TaskConfig, read_split_features
 
 OPTIONS, WEIGHTS = "elmo_test_options.json", "elmo_test_weights.hdf5"  # published-style names

@@ -12,7 +12,7 @@ from conftest import default_probe_settings
 from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing import FeatureDataset, Head, LabelVocabulary, train_heads
 from elmolab.probing.engine import online_code_block
-from elmolab.probing.runner import online_code_blocks, plan_jobs
+from elmolab.probing.jobs import online_code_blocks, plan_jobs
 from elmolab.probing.tasks import TaskKind
 
 LABELS = ["A", "B", "C", "D"]
@@ -87,7 +87,7 @@ def test_online_code_blocks_are_nested_disjoint_and_cover_the_training_set() -> 
     flat = [i for block in blocks for i in block]
     assert sorted(flat) == list(range(200))  # every sentence in exactly one block
     # The first k blocks are the learning-curve subset of the k-th share (the same permutation).
-    from elmolab.probing.runner import training_subset
+    from elmolab.probing.jobs import training_subset
 
     assert sorted(blocks[0] + blocks[1]) == training_subset(200, 0.1, SETTINGS)
 

@@ -39,10 +39,31 @@ LAYERS = (
 )
 
 
-def layer_of(module: str) -> int:
-    if module == "elmolab":  # the package itself, above every layer: it re-exports the public API
-        return len(LAYERS)
-    for number, members in enumerate(LAYERS):
+# Inside ``elmolab.probing``, bottom to top: the reference probes read nothing of the batched
+# engine, the engine nothing of how a cell schedules and writes its jobs.
+PROBING_LAYERS = (
+    # data, labels, metrics and settings
+    (
+        "elmolab.probing.settings",
+        "elmolab.probing.datasets",
+        "elmolab.probing.metrics",
+        "elmolab.probing.trees",
+        "elmolab.probing.tasks",
+        "elmolab.probing.wsd",
+    ),
+    ("elmolab.probing.probes",),  # the reference: one probe, one module, and fit()
+    ("elmolab.probing.engine",),  # the batched path: many heads at once
+    ("elmolab.probing.jobs", "elmolab.probing.writing"),  # a cell's jobs and its result files
+    ("elmolab.probing.runner",),  # one cell of the grid
+)
+
+
+def layer_of(
+    module: str, layers: tuple[tuple[str, ...], ...] = LAYERS, package: str = "elmolab"
+) -> int:
+    if module == package:  # the package itself, above every layer: it re-exports the public API
+        return len(layers)
+    for number, members in enumerate(layers):
         if any(module == m or module.startswith(m + ".") for m in members):
             return number
     raise KeyError(f"{module} is in no layer: add it to LAYERS (and docs/architecture.md)")
@@ -58,10 +79,15 @@ def project_sources() -> dict[str, str]:
     return sources
 
 
-def upward_imports(sources: dict[str, str]) -> list[str]:
-    """Every import of a module from a higher layer, as ``module:line imports target``."""
+def upward_imports(
+    sources: dict[str, str], layers: tuple[tuple[str, ...], ...] = LAYERS, within: str = "elmolab"
+) -> list[str]:
+    """Every import of a module from a higher layer, as ``module:line imports target``; only the
+    modules and targets under ``within``."""
     found = []
     for module, source in sources.items():
+        if not (module == within or module.startswith(within + ".")):
+            continue
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 targets = [node.module]
@@ -70,7 +96,9 @@ def upward_imports(sources: dict[str, str]) -> list[str]:
             else:
                 continue
             for target in targets:
-                if target.startswith("elmolab.") and layer_of(target) > layer_of(module):
+                if target.startswith(within + ".") and layer_of(target, layers, within) > layer_of(
+                    module, layers, within
+                ):
                     found.append(f"{module}:{node.lineno} imports {target}")
     return found
 
@@ -89,3 +117,14 @@ def test_an_upward_import_is_caught() -> None:
     assert len(found) == 2
     assert found[0].startswith("elmolab.io.features:") and "imports elmolab.models.bilm" in found[0]
     assert found[1].endswith("imports elmolab.probing.engine")
+
+
+def test_the_probing_package_imports_down_its_own_layers() -> None:
+    """The reference probes, the batched engine, the cell's jobs and result files, the cell: each
+    imports only from those before it."""
+    sources = {m: s for m, s in project_sources().items() if m.startswith("elmolab.probing")}
+    assert {layer_of(module, PROBING_LAYERS, "elmolab.probing") for module in sources}
+    assert upward_imports(sources, PROBING_LAYERS, "elmolab.probing") == []
+    sources["elmolab.probing.probes"] += "\nfrom elmolab.probing.engine import train_heads\n"
+    (found,) = upward_imports(sources, PROBING_LAYERS, "elmolab.probing")
+    assert found.startswith("elmolab.probing.probes:") and found.endswith("elmolab.probing.engine")

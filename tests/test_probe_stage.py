@@ -20,15 +20,9 @@ from elmolab.config import load_params, section
 from elmolab.errors import ElmolabError
 from elmolab.extract import ExtractConfig
 from elmolab.models.scalar_mix import FeatureMode
-from elmolab.probing.engine import ProbeSettings
-from elmolab.probing.runner import (
-    feature_modes,
-    job_arithmetic,
-    load_splits,
-    plan_jobs,
-    run_cell,
-    training_subset,
-)
+from elmolab.probing.jobs import job_arithmetic, plan_jobs, training_subset
+from elmolab.probing.runner import feature_modes, load_splits, run_cell
+from elmolab.probing.settings import ProbeSettings
 from elmolab.probing.tasks import TaskConfig, TaskKind
 from elmolab.report.collect import read_probe_runs
 from elmolab.text.wsd import LEXICOGRAPHER_FILES

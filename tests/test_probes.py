@@ -22,8 +22,10 @@ from elmolab.probing import (
     train_heads,
 )
 from elmolab.probing.datasets import mean_pool, pool_sentences, standardize_layers
-from elmolab.probing.engine import Schedule, TokenProbes, made_progress
+from elmolab.probing.engine import TokenProbes
 from elmolab.probing.metrics import span_f1
+from elmolab.probing.probes import made_progress
+from elmolab.probing.settings import Schedule
 from elmolab.text.conll import TagScheme, spans_to_tags
 
 LABELS = ["ADJ", "NOUN", "VERB"]
@@ -38,6 +40,12 @@ FAST = dataclasses.replace(
     patience=4,
     min_epoch_tokens=0,
     precision="32-true",  # the reference arithmetic on every CPU; bf16-mixed is tested by name
+)
+
+
+# Few epochs, a quick stop and a decaying rate: heads of one fit stop at different epochs.
+STOPPING_APART = dataclasses.replace(
+    FAST, hidden_dim=8, max_epochs=6, patience=1, lr_decay=0.5, l2_lambda=0.01
 )
 
 
@@ -244,16 +252,7 @@ def test_heads_trained_together_equal_each_trained_alone(
     else:
         splits = tuple(_split(n, seed, pair=pair)[0] for n, seed in ((40, 0), (10, 1), (10, 2)))
     vocabulary = LabelVocabulary([*LABELS, "root"] if pair else LABELS)
-    settings = dataclasses.replace(
-        FAST,
-        kind=kind,
-        hidden_dim=8,
-        max_epochs=6,
-        patience=1,
-        lr_decay=0.5,
-        l2_lambda=0.01,
-        precision=precision,
-    )
+    settings = dataclasses.replace(STOPPING_APART, kind=kind, precision=precision)
     modes = ["layer0", "layer1", "layer2", "mean", "scalar_mix", "concat"]
     together = _train(splits, modes, (1, 2), vocabulary, settings=settings, kind=task)
     assert len({result.epochs for result in together}) > 1  # heads stopped at different epochs
@@ -459,7 +458,7 @@ def test_bf16_mixed_probes_learn_as_float32_ones_do(pair: bool) -> None:
 
 def test_probe_precision_auto_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     from elmolab import hardware
-    from elmolab.probing.engine import probe_precision
+    from elmolab.probing.settings import probe_precision
 
     auto = dataclasses.replace(FAST, precision="auto")
     monkeypatch.setattr(hardware, "_cpuinfo_fields", lambda: {"model name": "X", "flags": "avx2"})

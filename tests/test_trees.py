@@ -14,7 +14,8 @@ from scipy.stats import spearmanr
 from elmolab.errors import ElmolabError
 from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing.datasets import TreeDataset
-from elmolab.probing.engine import Head, ProbeResult, StructuralGold, train_heads
+from elmolab.probing.engine import ProbeResult, StructuralGold, train_heads
+from elmolab.probing.probes import Head
 from elmolab.probing.trees import (
     GoldTrees,
     minimum_spanning_trees,

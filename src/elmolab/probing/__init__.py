@@ -1,7 +1,8 @@
-"""Probing what the biLM's layers know: the probe engine on frozen features, metrics, WSD 1-NN."""
+"""Probing what the biLM's layers know: the probes (``probes``, the reference; ``engine``, the
+batched path the stage runs) on frozen features, metrics, WSD 1-NN."""
 
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
-from elmolab.probing.engine import EpochRecord, Head, ProbeResult, ProbeSettings, train_heads
+from elmolab.probing.engine import EpochRecord, ProbeResult, train_heads
 from elmolab.probing.metrics import (
     ControlTask,
     LabelVocabulary,
@@ -11,6 +12,8 @@ from elmolab.probing.metrics import (
     task_score,
     untyped_span_f1,
 )
+from elmolab.probing.probes import Head
+from elmolab.probing.settings import ProbeSettings
 from elmolab.probing.wsd import (
     SenseCentroids,
     SensePrediction,

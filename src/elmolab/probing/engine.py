@@ -48,7 +48,6 @@ penalty ``l2_lambda * |w|^2`` in the loss, as the task model's part it is in ELM
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -60,208 +59,35 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from elmolab.errors import ElmolabError
-from elmolab.hardware import PrecisionChoice, choose_precision
-from elmolab.io.results import conditional_features
 from elmolab.models.scalar_mix import FeatureMode, HeadMix, normalize_layers
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
 from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score
+from elmolab.probing.probes import (
+    BASELINE_LAYER,
+    EVAL_TOKENS,
+    Head,
+    Stopping,
+    epoch_order,
+    token_losses,
+)
+from elmolab.probing.settings import TOKEN_KINDS, ProbeSettings, Schedule, probe_dtype
 from elmolab.probing.trees import GoldTrees, SentenceBatch, plan_batches, tree_distances
 
 EVAL_ROLES = ("dev", "test")
-EVAL_TOKENS = 4096  # tokens (padded words for trees) per forward pass without gradients
 PAIR_TABLE_TOKENS = 8192  # tokens per piece when a split's pair table is made
 LEARNED = -1  # a block of a pair head's input mixed by the head's learned mix
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
 
-PRECISIONS = ("auto", "32-true", "bf16-mixed")
 PADDING_LABEL = -100  # the target of a padded slot: no loss
-# The kinds TokenProbes trains: a label per token, per (word, gold head), per pooled sentence.
-TOKEN_KINDS = ("token", "pair", "sentence")
 
 # A parameter (head axis first), its learning rate, weight decay, and its rows' head numbers.
 ParamGroup = tuple[nn.Parameter, float, float, torch.Tensor]
 
 
-@dataclass
-class TreeSettings:
-    """Schema of ``probe.tree``: what the tree probes (deparc, structural) do differently."""
-
-    lr: float  # Adam, the probe's own parameters
-    lr_decay: float  # lr factor after an epoch without improvement
-    batch_tokens: int  # whole sentences per step, about this many words
-    max_epochs: int
-    patience: int  # epochs without improvement before a head stops
-    max_stalls: int  # epochs without improvement in all (not in a row) before a head stops
-    rank: int  # structural probe: rows of the linear map B
-
-
-@dataclass
-class ProbeSettings:
-    """Schema of the ``probe`` section (``conf/probe/default.yaml`` gives every value and why)."""
-
-    features_dir: str  # the extract stage's output: <features_dir>/<encoder>/<dataset>/<split>
-    encoders: list[str]  # names of extract.encoders, each probed in every cell
-    kind: str  # linear | mlp (token and pair tasks)
-    hidden_dim: int  # mlp only
-    dropout: float  # mlp only
-    root: str  # pair and arc tasks: the vector standing for the root, learned | zeros
-    lr: float  # Adam, the probe's own parameters (token tasks)
-    pair_lr: float  # Adam, the probe's own parameters (pair tasks)
-    mix_lr: float  # Adam, the learned scalar mix (every task)
-    lr_decay: float  # lr factor after an epoch without improvement (token and pair tasks)
-    weight_decay: float  # on the classifier (token and pair tasks)
-    batch_size: int  # tokens per step (token and pair tasks)
-    max_epochs: int
-    patience: int  # epochs without progress in a row before a head stops
-    max_stalls: int  # epochs without progress in all (not in a row) before a head stops
-    min_delta: float  # progress: the dev score up by more than this (or the loss by this share)
-    layer_norm: bool  # normalize each layer before mixing
-    standardize: bool  # each layer's dimensions by the train split's mean and std (load_splits)
-    l2_lambda: float  # L2 penalty on the learned scalar-mix logits
-    num_threads: int  # torch intra-op threads of the cell's process (workers use one each)
-    precision: str  # the probes' matrix products: auto (by the CPU) | 32-true | bf16-mixed
-    workers: int  # jobs (an encoder and a training set each) side by side, one process each
-    save_predictions: bool  # write test_predictions.txt beside metrics.json
-    unseen: str | None  # raise | keep for every task (presets that cut the data); None: the task's
-    train_fractions: list[float]  # token tasks: learning-curve points below the full train set
-    subset_seed: int  # fixes the learning-curve subsets (never the probe seed)
-    min_epoch_tokens: int  # an epoch cycles a small training set up to this many tokens
-    # Online code (tasks with mdl): nested shares of the training sentences ending each block
-    online_code_fractions: list[float]
-    tree: TreeSettings
-
-    def check(self) -> None:
-        """Values the schema's types cannot rule out."""
-        if self.kind not in ("linear", "mlp"):
-            raise ElmolabError(f"probe.kind must be 'linear' or 'mlp', got {self.kind!r}")
-        if self.root not in ("learned", "zeros"):
-            raise ElmolabError(f"probe.root must be 'learned' or 'zeros', got {self.root!r}")
-        if not self.encoders:
-            raise ElmolabError("probe.encoders is empty: nothing to probe")
-        if self.precision not in PRECISIONS:
-            raise ElmolabError(
-                f"probe.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
-            )
-        for key in ("batch_size", "max_epochs", "patience", "max_stalls", "workers", "hidden_dim"):
-            if getattr(self, key) < 1:
-                raise ElmolabError(f"probe.{key} must be at least 1, got {getattr(self, key)}")
-        for key in ("batch_tokens", "max_epochs", "patience", "max_stalls", "rank"):
-            if getattr(self.tree, key) < 1:
-                raise ElmolabError(
-                    f"probe.tree.{key} must be at least 1, got {getattr(self.tree, key)}"
-                )
-        for key, value in (
-            ("lr", self.lr),
-            ("pair_lr", self.pair_lr),
-            ("mix_lr", self.mix_lr),
-            ("tree.lr", self.tree.lr),
-        ):
-            if not value > 0:
-                raise ElmolabError(f"probe.{key} must be positive, got {value}")
-        for key, value in (("lr_decay", self.lr_decay), ("tree.lr_decay", self.tree.lr_decay)):
-            if not 0 < value <= 1:
-                raise ElmolabError(f"probe.{key} must lie in (0, 1], got {value}")
-        if not 0 <= self.min_delta < 1:
-            raise ElmolabError(f"probe.min_delta must lie in [0, 1), got {self.min_delta}")
-        if not 0 <= self.dropout < 1:
-            raise ElmolabError(f"probe.dropout must lie in [0, 1), got {self.dropout}")
-        blocks = list(self.online_code_fractions)
-        if (
-            len(blocks) < 2
-            or blocks[-1] != 1.0
-            or blocks[0] <= 0
-            or any(a >= b for a, b in itertools.pairwise(blocks))
-        ):
-            raise ElmolabError(
-                "probe.online_code_fractions must rise strictly from above 0 to 1.0 (at least two"
-                f" blocks), got {blocks}"
-            )
-
-
-def probe_precision(settings: ProbeSettings) -> PrecisionChoice:
-    """``probe.precision`` resolved for this machine (probes run on the CPU): ``auto`` is
-    bf16-mixed where the CPU has native bf16 instructions, else 32-true."""
-    return choose_precision(settings.precision, "cpu", key="probe.precision")
-
-
-def probe_dtype(settings: ProbeSettings) -> torch.dtype:
-    """The type the probes read their features in: bf16 under bf16-mixed (the features rounded
-    once, as each product would round them), else float32."""
-    return torch.bfloat16 if probe_precision(settings).precision == "bf16-mixed" else torch.float32
-
-
 def _float32() -> torch.autocast:
     """A region computed in float32 inside a bf16 autocast region."""
     return torch.autocast("cpu", enabled=False)
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """The optimisation of one probe kind, as ``probe`` (token, pair) or ``probe.tree`` set it."""
-
-    lr: float
-    mix_lr: float
-    lr_decay: float
-    max_epochs: int
-    patience: int
-    max_stalls: int
-    weight_decay: float
-    min_delta: float
-
-    @classmethod
-    def of(cls, settings: ProbeSettings, kind: str) -> Schedule:
-        """The schedule of probe ``kind``: token, pair, sentence (the token schedule), arc or
-        structural."""
-        if kind in ("arc", "structural"):
-            t = settings.tree
-            return cls(
-                t.lr,
-                settings.mix_lr,
-                t.lr_decay,
-                t.max_epochs,
-                t.patience,
-                t.max_stalls,
-                0.0,
-                settings.min_delta,
-            )
-        if kind not in TOKEN_KINDS:
-            raise ValueError(f"unknown probe kind {kind!r}")
-        return cls(
-            settings.pair_lr if kind == "pair" else settings.lr,
-            settings.mix_lr,
-            settings.lr_decay,
-            settings.max_epochs,
-            settings.patience,
-            settings.max_stalls,
-            settings.weight_decay,
-            settings.min_delta,
-        )
-
-
-# Conditional probing: a head with ``baseline`` reads layer 0 beside its mode's input.
-BASELINE_LAYER = 0
-
-
-@dataclass(frozen=True)
-class Head:
-    """One probe run of a fit: its feature mode and seed; with ``baseline``, the probe reads
-    layer 0 beside the mode's input (``[layer0; mode]``, conditional probing), which a scalar-mix
-    mode other than ``layer0`` itself allows."""
-
-    mode: FeatureMode
-    seed: int
-    baseline: bool = False
-
-    def __post_init__(self) -> None:
-        if self.baseline and self.mode in (FeatureMode.LAYER0, FeatureMode.CONCAT):
-            raise ValueError(f"layer 0 beside {self.mode.value!r} adds nothing to condition on")
-
-    @property
-    def features(self) -> str:
-        """The run's ``features`` name: the mode, or ``layer0+<mode>`` with the baseline."""
-        return conditional_features(self.mode.value) if self.baseline else self.mode.value
 
 
 @dataclass(frozen=True)
@@ -681,7 +507,7 @@ def fit_heads(probes: HeadProbes, schedule: Schedule) -> FitTrace:
     shuffles = [torch.Generator().manual_seed(seed) for seed in probes.seeds]
     active = torch.ones(heads, dtype=torch.bool)
     best = {name: value.detach().clone() for name, value in probes.state_dict().items()}
-    stopping = [HeadStopping.of(schedule, probes.lower_is_better) for _ in range(heads)]
+    stopping = [Stopping.of(schedule, probes.lower_is_better) for _ in range(heads)]
     histories: list[list[EpochRecord]] = [[] for _ in range(heads)]
     for epoch in range(1, schedule.max_epochs + 1):
         probes.train()
@@ -712,59 +538,6 @@ def fit_heads(probes: HeadProbes, schedule: Schedule) -> FitTrace:
     probes.eval()
     best_epochs = [head.best_epoch for head in stopping]
     return FitTrace(histories, best_epochs, active.tolist(), time.perf_counter() - started)
-
-
-@dataclass
-class HeadStopping:
-    """One head's early stopping (the module docstring): its best dev state so far, and whether
-    its last epoch made progress or stops it. ``loss_only``: select and progress on the dev loss
-    alone (the structural probe)."""
-
-    patience: int
-    max_stalls: float
-    min_delta: float
-    loss_only: bool
-    best_key: tuple[float, ...] | None = None
-    best_epoch: int = 0
-    mark: tuple[float, float] | None = None  # (score, loss) of the last progress
-    since: int = 0  # the epoch of the last progress
-    stalls: int = 0  # epochs without progress so far
-    stalled: bool = False  # the last epoch made no progress
-    stopped: bool = False
-
-    @classmethod
-    def of(cls, schedule: Schedule, loss_only: bool) -> HeadStopping:
-        return cls(schedule.patience, schedule.max_stalls, schedule.min_delta, loss_only)
-
-    def record(self, epoch: int, score: float, loss: float) -> bool:
-        """Take the head's dev score and loss after ``epoch``; whether that state is its best."""
-        key = (-loss,) if self.loss_only else (score, -loss)
-        improved = self.best_key is None or key > self.best_key
-        if improved:
-            self.best_key, self.best_epoch = key, epoch
-        progress = self.mark is None or made_progress(
-            score, loss, self.mark, self.min_delta, self.loss_only
-        )
-        self.stalled = not progress
-        if progress:
-            self.mark, self.since = (score, loss), epoch
-        else:
-            self.stalls += 1
-            self.stopped = epoch - self.since >= self.patience or self.stalls >= self.max_stalls
-        return improved
-
-
-def made_progress(
-    score: float, loss: float, mark: tuple[float, float], min_delta: float, loss_only: bool
-) -> bool:
-    """Whether a dev result is progress over ``mark`` (the last one that was): a score higher by
-    more than ``min_delta``, or (the same score, or a head selected on its loss) a loss lower by
-    more than the share ``min_delta`` of the marked loss."""
-    marked_score, marked_loss = mark
-    lower_loss = loss < marked_loss * (1 - min_delta)
-    if loss_only:
-        return lower_loss
-    return score > marked_score + min_delta or (score == marked_score and lower_loss)
 
 
 def _result(
@@ -803,18 +576,6 @@ def _per_sentence_sums(values: torch.Tensor, sentence_lengths: Sequence[int]) ->
 
 
 # --- Token and pair tasks -----------------------------------------------------------------------
-
-
-def epoch_order(
-    tokens: int, batch_size: int, min_epoch_tokens: int, shuffle: torch.Generator
-) -> list[torch.Tensor]:
-    """One epoch's minibatches of token indices: shuffled passes over the ``tokens`` training
-    tokens until at least ``min_epoch_tokens`` are drawn (one pass when there are more). Each
-    minibatch comes in ascending order, which its loss (a mean) does not see and which makes its
-    gather from the features read memory forward (twice as fast as in random order)."""
-    passes = max(1, -(-min_epoch_tokens // max(tokens, 1)))
-    order = torch.cat([torch.randperm(tokens, generator=shuffle) for _ in range(passes)])
-    return [batch.sort().values for batch in order.split(batch_size)]
 
 
 class TokenProbes(HeadProbes):
@@ -1137,7 +898,15 @@ class TokenProbes(HeadProbes):
         deps, heads = zip(*(block.chunk(2, dim=1) for block in blocks), strict=True)
         roots = part.root.vector[local].to(blocks[0].dtype)
         roots = roots.split([block.shape[-1] for block in blocks], dim=-1)
-        if not (roots[0].requires_grad and torch.is_grad_enabled()) or blocks[0].requires_grad:
+        # An MLP's dropout in training draws one mask per row and pass: two passes would give the
+        # root rows a second mask (and move the head's generator), so it classifies once.
+        classifier = part.probe
+        dropout = classifier.training and classifier.hidden is not None and classifier.dropout > 0
+        if (
+            not (roots[0].requires_grad and torch.is_grad_enabled())
+            or blocks[0].requires_grad
+            or dropout
+        ):
             root_rows = is_root[groups][..., None]  # (h, B, 1)
             heads = tuple(
                 torch.where(root_rows, root[:, None, :], head)
@@ -1186,7 +955,7 @@ class TokenProbes(HeadProbes):
         heads = len(self.heads)
         predicted = torch.zeros(heads, len(split.labels), dtype=torch.long)
         loss_sum = torch.zeros(heads, dtype=torch.float64)
-        token_losses = torch.zeros(heads, len(split.labels)) if item_losses else None
+        per_item = torch.zeros(heads, len(split.labels)) if item_losses else None
         one_group = torch.zeros(heads, dtype=torch.long)  # every head reads the chunk
         linear = None
         if self.fused:
@@ -1200,22 +969,22 @@ class TokenProbes(HeadProbes):
                 rows = self.side_by_side[role][span]
                 logits = _head_products(rows, weight, bias).float()
                 predicted[linear, span] = logits.argmax(dim=-1).t()
-                losses = _token_losses(logits, gold[:, None], self.vocabulary).t().contiguous()
+                losses = token_losses(logits, gold[:, None]).t().contiguous()
                 outputs = [(linear, losses)]
             else:
                 outputs = []
                 for _, _, numbers, logits in self._part_logits(role, [chunk], one_group, active):
                     logits = logits.float()  # (h, n, labels)
                     predicted[numbers, span] = logits.argmax(dim=-1)
-                    outputs.append((numbers, _token_losses(logits, gold, self.vocabulary)))
+                    outputs.append((numbers, token_losses(logits, gold)))
             for numbers, losses in outputs:
                 loss_sum[numbers] += losses.sum(dim=1).double()
-                if token_losses is not None:
-                    token_losses[numbers, span] = losses
+                if per_item is not None:
+                    per_item[numbers, span] = losses
         scores = torch.full((heads,), float("nan"), dtype=torch.float64)
         for h in torch.nonzero(active).flatten().tolist():
             scores[h] = self._score(predicted[h], split)
-        return Evaluation(scores, loss_sum / len(split.labels), list(predicted), token_losses)
+        return Evaluation(scores, loss_sum / len(split.labels), list(predicted), per_item)
 
     def code_lengths(self, role: str) -> list[float]:
         """Every head's code length of the labels of split ``role`` in bits: the sum of
@@ -1304,23 +1073,6 @@ def _rows(
     """``features[:, rows]`` as ``dtype`` ``(num_layers, groups, len(rows) // groups, dim)``."""
     gathered = features.index_select(1, rows).to(dtype)  # (num_layers, rows, dim)
     return gathered.view(gathered.shape[0], groups, -1, gathered.shape[-1])
-
-
-def _token_losses(
-    logits: torch.Tensor, gold: torch.Tensor, vocabulary: LabelVocabulary
-) -> torch.Tensor:
-    """Cross-entropy of ``logits`` ``(..., labels)`` with ``gold``, which broadcasts to
-    ``logits.shape[:-1]`` (``(h, n, labels)`` with ``(n,)``, or ``(n, h, labels)`` with
-    ``(n, 1)``), in nats; a label kept but unseen in train (no output of the probe) counts as the
-    loss of the least likely label."""
-    known = gold < vocabulary.num_train_labels
-    log_probs = torch.log_softmax(logits, dim=-1)
-    index = gold.clamp(max=logits.shape[-1] - 1).expand(logits.shape[:-1])
-    picked = log_probs.gather(-1, index[..., None])[..., 0]
-    if bool(known.all()):
-        return -picked
-    floor = log_probs.min(dim=-1).values
-    return -torch.where(known, picked, floor)
 
 
 def _bits(

@@ -36,14 +36,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
-import math
-import multiprocessing as mp
-import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,17 +51,13 @@ from omegaconf import OmegaConf
 from elmolab.config import section
 from elmolab.errors import ElmolabError
 from elmolab.fsutil import atomic_dir, write_json
-from elmolab.hardware import peak_memory
-from elmolab.io.features import feature_path, summary_path
+from elmolab.io.features import feature_path
 from elmolab.io.results import (
-    CONDITIONAL_MODES,
     FIRST_SENSE,
     MAJORITY_BASELINE,
     METRICS_FILE,
-    ONLINE_CODE_FILE,
     PREDICTIONS_FILE,
     conditional_features,
-    run_folder,
 )
 from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing.datasets import (
@@ -77,18 +68,22 @@ from elmolab.probing.datasets import (
 )
 from elmolab.probing.engine import (
     EVAL_ROLES,
-    Head,
     ProbeResult,
-    ProbeSettings,
     StructuralGold,
     online_code_block,
-    probe_dtype,
-    probe_precision,
     train_heads,
 )
-from elmolab.probing.metrics import LabelVocabulary, TaskMetric
+from elmolab.probing.jobs import (
+    Job,
+    layer0_twins,
+    online_code_blocks,
+    plan_jobs,
+    run_jobs,
+    training_subset,
+)
+from elmolab.probing.metrics import LabelVocabulary
+from elmolab.probing.settings import ProbeSettings, probe_dtype, probe_precision
 from elmolab.probing.tasks import (
-    TREE_METRICS,
     DataCatalog,
     SplitSource,
     TaskConfig,
@@ -97,6 +92,16 @@ from elmolab.probing.tasks import (
     read_split_features,
     task_labels,
     tree_splits,
+)
+from elmolab.probing.writing import (
+    CodeFit,
+    copy_runs,
+    probe_metrics,
+    track_run,
+    write_lines,
+    write_online_codes,
+    write_run,
+    wsd_line,
 )
 from elmolab.probing.wsd import (
     SensePrediction,
@@ -113,9 +118,6 @@ from elmolab.tracking import TrackedRun, metric_key
 log = logging.getLogger("elmolab.probe")
 
 WSD_METRIC = "f1"
-# Metrics that are a share of counted items (tokens, heads, edges): metrics.json keeps the
-# per-sentence counts, so the report can run a paired bootstrap over test sentences.
-COUNTED_METRICS = (TaskMetric.ACCURACY.value, *TREE_METRICS.values())
 ROLES = ("train", "dev", "test")
 
 # Starts the tracking run of one probe run: its identifying fields -> a TrackedRun context.
@@ -211,19 +213,6 @@ def task_sources(
     return sources
 
 
-@dataclass(frozen=True)
-class Job:
-    """One fit of the engine: an encoder, a training set and the heads (modes x seeds) on it.
-
-    An online-code job (``block`` set) trains on the first ``fraction`` of the training sentences,
-    the blocks before ``block``, and measures the code length of block ``block``'s labels."""
-
-    encoder: str
-    fraction: float  # 1.0: the full training split
-    heads: tuple[Head, ...]
-    block: int | None = None  # online code: the index in probe.online_code_fractions it codes
-
-
 def _probe_cell(
     task: TaskConfig,
     modes: Sequence[str],
@@ -250,7 +239,7 @@ def _probe_cell(
         mdl=task.mdl,
         num_layers=num_layers,
     )
-    fits = _run_jobs(
+    fits = run_jobs(
         [
             lambda job=job: (
                 _code_fit(job, splits[job.encoder], labels, settings, task.metric)
@@ -264,7 +253,7 @@ def _probe_cell(
     codes = [(job, fit) for job, fit in zip(jobs, fits, strict=True) if job.block is not None]
     if codes:
         assert labels is not None
-        _write_online_codes(task, codes, splits, labels, settings, twins, out)
+        write_online_codes(task, codes, splits, labels, settings, twins, out)
     results = []
     for job, (fit, counts) in zip(jobs, fits, strict=True):
         if job.block is not None:
@@ -276,13 +265,13 @@ def _probe_cell(
                 "encoder": job.encoder,
                 "seed": result.seed,
             }
-            metrics = _probe_metrics(fields, job.fraction, result, counts, settings.precision)
-            _write_run(out, metrics, result, settings)
+            metrics = probe_metrics(fields, job.fraction, result, counts, settings.precision)
+            write_run(out, metrics, result, settings)
             with start_run({**fields, "train_fraction": job.fraction}) as run:
-                _track(run, metrics, result)
+                track_run(run, metrics, result)
             results.append(metrics)
     for encoder, twin in twins.items():
-        results += _copy_runs(results, twin, encoder, out)
+        results += copy_runs(results, twin, encoder, out)
     order = {encoder: i for i, encoder in enumerate(settings.encoders)}
     # the grid's modes in order, then the conditional probes' (layer0+<mode>)
     mode_order = {mode: i for i, mode in enumerate(modes)}
@@ -296,91 +285,6 @@ def _probe_cell(
             -m["train_fraction"],
         ),
     )
-
-
-def plan_jobs(
-    kind: TaskKind,
-    modes: Sequence[str],
-    seeds: Sequence[int],
-    settings: ProbeSettings,
-    twins: Mapping[str, str],
-    *,
-    conditional: bool = False,
-    mdl: bool = False,
-    num_layers: int,
-) -> list[Job]:
-    """The jobs of a cell, the big ones first: per training set (token tasks: the full one and
-    each learning-curve share) and encoder, one fit of every mode and seed (but ``layer0`` of an
-    encoder in ``twins``, :func:`layer0_twins`: its runs are copied).
-
-    ``conditional`` adds to each full fit the heads on layer 0 beside each mode of
-    ``CONDITIONAL_MODES`` among ``modes``; ``mdl`` adds the online code's jobs, one per block
-    after the first and encoder, with the full fits' modes and seeds.
-
-    A cell without learning-curve jobs (pair and tree tasks) splits each fit by seed, and each
-    seed's heads into the concatenation's and the others' (each part of a fit computes apart from
-    the others, so the split changes no result), and orders the jobs by their arithmetic, the
-    largest first: three encoders' fits on two workers would leave one worker idle for a third of
-    the cell, nine fits of a seed each for a ninth (the last alone), eighteen unequal ones end
-    within a fraction of the smallest. In a token cell the small learning-curve fits fill the
-    gaps instead, and its bigger fits amortize a step's overhead over more heads (its heads share
-    one product, so they stay together)."""
-    fractions = [1.0, *settings.train_fractions] if kind is TaskKind.TOKEN else [1.0]
-    for fraction in fractions:
-        if not 0.0 < fraction <= 1.0:
-            raise ElmolabError(f"probe.train_fractions: {fraction} is not in (0, 1]")
-    by_seed = set(fractions) == {1.0} and not mdl and settings.workers > 1
-
-    def heads_of(encoder: str, shard: Sequence[int]) -> tuple[Head, ...]:
-        return tuple(
-            Head(FeatureMode(mode), seed)
-            for mode in modes
-            if not (mode == FeatureMode.LAYER0.value and encoder in twins)
-            for seed in shard
-        )
-
-    conditioned = [mode for mode in CONDITIONAL_MODES if mode in modes] if conditional else []
-    jobs = []
-    for fraction in sorted(set(fractions), reverse=True):
-        for encoder in settings.encoders:
-            for shard in [[seed] for seed in seeds] if by_seed else [list(seeds)]:
-                heads = heads_of(encoder, shard)
-                if fraction == 1.0:
-                    heads += tuple(
-                        Head(FeatureMode(mode), seed, baseline=True)
-                        for mode in conditioned
-                        for seed in shard
-                    )
-                # split by seed: the concatenation's heads apart from the others'
-                groups = (
-                    [
-                        tuple(h for h in heads if (h.mode is FeatureMode.CONCAT) is concat)
-                        for concat in (True, False)
-                    ]
-                    if by_seed
-                    else [heads]
-                )
-                jobs += [Job(encoder, fraction, group) for group in groups if group]
-    if mdl:
-        blocks = settings.online_code_fractions
-        for block in range(1, len(blocks)):
-            for encoder in settings.encoders:
-                if heads := heads_of(encoder, list(seeds)):
-                    jobs.append(Job(encoder, blocks[block - 1], heads, block))
-    if by_seed:
-        return sorted(jobs, key=lambda job: -job_arithmetic(kind, job, num_layers))  # stable
-    return sorted(jobs, key=lambda job: -job.fraction)  # stable: the order above within a size
-
-
-def job_arithmetic(kind: TaskKind, job: Job, num_layers: int) -> float:
-    """A job's arithmetic per training token, in units of one layer-wide head: a head's products
-    grow with its input's width (a concatenation: ``num_layers`` layers; layer 0 beside a mix:
-    two), the arc probe's bilinear map with its square."""
-    total = 0.0
-    for head in job.heads:
-        width = num_layers if head.mode is FeatureMode.CONCAT else 2 if head.baseline else 1
-        total += width**2 if kind is TaskKind.ARC else width
-    return total
 
 
 def load_splits(
@@ -502,22 +406,6 @@ def majority_baseline(
     }
 
 
-def online_code_blocks(sentences: int, settings: ProbeSettings) -> list[list[int]]:
-    """The online code's blocks of training sentences: block ``i`` holds the sentences of the
-    first ``probe.online_code_fractions[i]`` share (:func:`training_subset`, nested) that the
-    share before it lacks."""
-    blocks, before = [], set[int]()
-    for fraction in settings.online_code_fractions:
-        upto = training_subset(sentences, fraction, settings)
-        blocks.append([i for i in upto if i not in before])
-        before.update(upto)
-    return blocks
-
-
-# An online-code job's result: each head's code length of its block (bits), and the fit's time.
-CodeFit = tuple[list[float], float]
-
-
 def _code_fit(
     job: Job,
     splits: dict[str, Any],
@@ -539,229 +427,6 @@ def _code_fit(
         job.heads, fit_splits, settings, metric=metric, vocabulary=labels.vocabulary
     )
     return bits, time.perf_counter() - started
-
-
-def _write_online_codes(
-    task: TaskConfig,
-    codes: list[tuple[Job, CodeFit]],
-    splits: dict[str, dict[str, Any]],
-    labels: TaskLabels,
-    settings: ProbeSettings,
-    twins: Mapping[str, str],
-    out: Path,
-) -> None:
-    """One ``online_code.json`` per encoder, feature mode and seed (``elmolab.io.results``): the
-    first block under the uniform code, each later one as its job measured it."""
-    classes = labels.vocabulary.num_train_labels
-    fractions = list(settings.online_code_fractions)
-    per_run: dict[tuple[str, str, int], dict[int, float]] = {}
-    seconds: dict[tuple[str, str, int], float] = {}
-    for job, (bits, wall) in codes:
-        assert job.block is not None
-        for head, head_bits in zip(job.heads, bits, strict=True):
-            key = (job.encoder, head.features, head.seed)
-            per_run.setdefault(key, {})[job.block] = head_bits
-            seconds[key] = seconds.get(key, 0.0) + wall / len(job.heads)
-    written = []
-    for (encoder, features, seed), blocks_bits in per_run.items():
-        train = splits[encoder]["train"]
-        blocks = online_code_blocks(len(train.sentence_lengths), settings)
-        block_tokens = [sum(train.sentence_lengths[i] for i in block) for block in blocks]
-        block_bits = [block_tokens[0] * math.log2(classes)]
-        block_bits += [blocks_bits[i] for i in range(1, len(blocks))]
-        uniform = sum(block_tokens) * math.log2(classes)
-        online = sum(block_bits)
-        code = {
-            "task": task.name,
-            "features": features,
-            "encoder": encoder,
-            "seed": seed,
-            "labels": classes,
-            "fractions": fractions,
-            "block_tokens": block_tokens,
-            "block_bits": [round(b, 3) for b in block_bits],
-            "uniform_bits": round(uniform, 3),
-            "online_bits": round(online, 3),
-            "compression": uniform / online if online > 0 else math.inf,
-            "wall_seconds": round(seconds[(encoder, features, seed)], 3),
-        }
-        write_json(out / features / encoder / run_folder(seed) / ONLINE_CODE_FILE, code)
-        written.append(code)
-        log.info(
-            "%s/%s/%s/seed%d: online code %.1f kbits, uniform %.1f kbits, compression %.2f",
-            task.name,
-            features,
-            encoder,
-            seed,
-            online / 1000,
-            uniform / 1000,
-            code["compression"],
-        )
-    layer0 = FeatureMode.LAYER0.value
-    for encoder, source in twins.items():
-        for code in written:
-            if code["encoder"] == source and code["features"] == layer0:
-                copy = {**code, "encoder": encoder, "same_features_as": source}
-                folder = out / layer0 / encoder / run_folder(code["seed"])
-                write_json(folder / ONLINE_CODE_FILE, copy)
-
-
-def _write_run(
-    out: Path, metrics: dict[str, Any], result: ProbeResult, settings: ProbeSettings
-) -> None:
-    run_dir = (
-        out
-        / metrics["features"]
-        / metrics["encoder"]
-        / run_folder(metrics["seed"], metrics["train_fraction"])
-    )
-    metrics.update(peak_memory())  # kept in the run's results: a layer-0 twin copies them
-    write_json(run_dir / METRICS_FILE, metrics)
-    if settings.save_predictions:
-        _write_lines(run_dir / PREDICTIONS_FILE, map(" ".join, result.test_predictions))
-
-
-def layer0_twins(
-    settings: ProbeSettings, modes: Sequence[str], datasets: Sequence[str]
-) -> dict[str, str]:
-    """Encoder -> an earlier encoder with the same token layer, by the digests in the extract.json
-    of each of ``datasets`` (the token-layer control and the trained biLM): their layer-0
-    features are identical, so their layer-0 probes would be too, run for run, and are run once.
-    None without ``layer0`` among ``modes``."""
-    if FeatureMode.LAYER0.value not in modes:
-        return {}
-    first_with: dict[tuple[str, ...], str] = {}
-    twins = {}
-    for encoder in settings.encoders:
-        digests = []
-        for dataset in datasets:
-            summary = summary_path(Path(settings.features_dir) / encoder, dataset)
-            try:
-                digests.append(
-                    json.loads(summary.read_text(encoding="utf-8"))["token_layer_sha256"]
-                )
-            except (OSError, ValueError, KeyError):
-                break  # features without a digest (older extractions) are probed as they are
-        else:
-            key = tuple(digests)
-            if key in first_with:
-                twins[encoder] = first_with[key]
-            else:
-                first_with[key] = encoder
-    return twins
-
-
-def _copy_runs(
-    results: list[dict[str, Any]], source: str, encoder: str, out: Path
-) -> list[dict[str, Any]]:
-    """``source``'s layer-0 runs as ``encoder``'s, marked ``same_features_as``, with predictions."""
-    copies = []
-    layer0 = FeatureMode.LAYER0.value
-    for metrics in results:
-        if metrics["encoder"] != source or metrics["features"] != layer0:
-            continue
-        copy = {**metrics, "encoder": encoder, "same_features_as": source}
-        run_dir = run_folder(metrics["seed"], metrics["train_fraction"])
-        write_json(out / layer0 / encoder / run_dir / METRICS_FILE, copy)
-        predictions = out / layer0 / source / run_dir / PREDICTIONS_FILE
-        if predictions.is_file():
-            shutil.copyfile(predictions, out / layer0 / encoder / run_dir / PREDICTIONS_FILE)
-        copies.append(copy)
-    return copies
-
-
-def training_subset(sentences: int, fraction: float, settings: ProbeSettings) -> list[int]:
-    """The training sentences of a learning-curve point: the first ``ceil(fraction * n)`` of a
-    permutation fixed by ``probe.subset_seed``, in corpus order. The same for every encoder,
-    feature mode and probe seed (so their scores pair up), and nested: 1% lies inside 10%."""
-    if not 0.0 < fraction <= 1.0:
-        raise ElmolabError(f"probe.train_fractions: {fraction} is not in (0, 1]")
-    order = np.random.default_rng(settings.subset_seed).permutation(sentences)
-    return sorted(order[: max(1, math.ceil(fraction * sentences))].tolist())
-
-
-# The jobs of the running _run_jobs call: forked workers inherit them, so only an index and the
-# results cross the process boundary, never the features or the task data.
-_JOBS: list[Callable[[], Any]] = []
-
-
-def _run_job(index: int) -> Any:
-    torch.set_num_threads(1)
-    torch.set_flush_denormal(True)
-    return _JOBS[index]()
-
-
-def _run_jobs(jobs: list[Callable[[], Any]], workers: int) -> list[Any]:
-    """``[job() for job in jobs]``, with up to ``workers`` jobs at a time in forked processes.
-
-    Each worker uses one torch thread and takes the next job when it finishes one. Results come
-    back in the order of ``jobs``; the first failing job's exception is raised (an ElmolabError
-    keeps its file and line).
-    """
-    if workers < 1:
-        raise ElmolabError(f"probe.workers must be at least 1, got {workers}")
-    if workers == 1 or len(jobs) < 2 or "fork" not in mp.get_all_start_methods():
-        return [job() for job in jobs]
-    _JOBS[:] = jobs
-    try:
-        context = mp.get_context("fork")
-        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
-            return list(pool.map(_run_job, range(len(jobs))))
-    finally:
-        _JOBS.clear()
-
-
-def _probe_metrics(
-    fields: dict[str, Any],
-    fraction: float,
-    result: ProbeResult,
-    counts: dict[str, Any],
-    precision: str,
-) -> dict[str, Any]:
-    counted = result.metric in COUNTED_METRICS
-    return {
-        **fields,
-        "train_fraction": fraction,
-        "metric": result.metric,
-        "dev": result.dev,
-        "test": result.test,
-        "best_epoch": result.best_epoch,
-        "epochs": result.epochs,
-        "hit_epoch_cap": result.hit_epoch_cap,
-        "mix_weights": result.mix_weights,
-        "gamma": result.gamma,
-        "wall_seconds": round(result.wall_seconds, 3),
-        "precision": precision,
-        **counts,
-        **result.extra,
-        "per_sentence_test": result.per_sentence_test if counted else None,
-        # The tokens that per_sentence_test's totals give elsewhere: bits per token per sentence.
-        **(
-            {"per_sentence_test_tokens": result.per_sentence_test["total"]}
-            if not counted and "per_sentence_test_bits" in result.extra
-            else {}
-        ),
-        "history": [dataclasses.asdict(record) for record in result.history],
-    }
-
-
-def _track(run: TrackedRun, metrics: dict[str, Any], result: ProbeResult) -> None:
-    for record in result.history:
-        run.log(
-            {
-                metric_key("train", "loss"): record.train_loss,
-                metric_key("val", result.metric): record.dev_metric,
-            },
-            step=record.epoch,
-        )
-    run.summarize(
-        {
-            metric_key("val", result.metric): result.dev,
-            metric_key("test", result.metric): result.test,
-        }
-    )
-    if metrics["features"] == FeatureMode.SCALAR_MIX.value and result.mix_weights is not None:
-        run.log_mix_weights(result.mix_weights, result.gamma)
 
 
 def _wsd_cell(
@@ -821,8 +486,8 @@ def _wsd_cell(
             write_json(out / mode / encoder / METRICS_FILE, metrics)
             if settings.save_predictions:
                 ids = [i.instance_id for i in evaluation["test"].instances]
-                lines = map(_wsd_line, ids, predictions)
-                _write_lines(out / mode / encoder / PREDICTIONS_FILE, lines)
+                lines = map(wsd_line, ids, predictions)
+                write_lines(out / mode / encoder / PREDICTIONS_FILE, lines)
             log.info(
                 "%s/%s/%s: dev F1 %.4f, test F1 %.4f (first sense %.4f)",
                 task.name,
@@ -909,13 +574,3 @@ def _wsd_scores(
 def _instance_layers(sentences: list[np.ndarray]) -> torch.Tensor:
     """Per-sentence ``(num_layers, n_i, dim)`` arrays -> ``(num_layers, instances, dim)``."""
     return torch.from_numpy(np.concatenate(sentences, axis=1))
-
-
-def _wsd_line(instance_id: str, prediction: SensePrediction) -> str:
-    return f"{instance_id} {prediction.key or '-'} {prediction.source}"
-
-
-def _write_lines(path: Path, lines: Iterable[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as out:
-        out.writelines(line + "\n" for line in lines)
