@@ -21,16 +21,12 @@ whose inputs keep their real characters). Char ids of vocabulary words come from
 table built once; those of other words are computed when met.
 
 Order. Per data epoch (one pass over the corpus), every sentence of every shard in one
-permutation by ``numpy.random.default_rng([seed, epoch])``. bilm-tf reads shard by shard, which
-is harmless for its shards (random slices of one corpus) but not for the prepare stage's, which
-hold one source each: all streams read one source after another (the default corpus with
-seed 1: WikiText test for 88 steps, Brown until step 517, State of the Union until 665, ...), so
-500 steps never saw four of the seven sources, and on the 4 validation batches the perplexity
-rose from 282 at step 500 to 352 at step 600, while the training loss fell. Global
-stream ``g`` of ``G = world_size * batch_size`` reads the epoch's sentences ``g, g + G, g + 2G,
-..`` and then goes on into the next epoch, forever. Row ``i`` of rank ``r`` is global stream
-``r * batch_size + i``: ranks read disjoint sentences, and the streams do not depend on how they
-are split among ranks.
+permutation by ``numpy.random.default_rng([seed, epoch])`` (bilm-tf reads shard by shard, which
+suits its shards, random slices of one corpus, but not the prepare stage's, one source each:
+docs/pretraining.md). Global stream ``g`` of ``G = world_size * batch_size`` reads the epoch's
+sentences ``g, g + G, g + 2G, ..`` and then goes on into the next epoch, forever. Row ``i`` of
+rank ``r`` is global stream ``r * batch_size + i``: ranks read disjoint sentences, and the
+streams do not depend on how they are split among ranks.
 
 Position. Every stream advances exactly ``unroll_steps`` pairs per batch, so the data position
 after ``n`` batches is ``n`` itself: ``seek(n)`` recovers each stream's sentence and offset from
