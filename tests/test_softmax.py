@@ -194,6 +194,27 @@ def test_full_nll_in_chunks_equals_one_pass(monkeypatch: pytest.MonkeyPatch) -> 
     torch.testing.assert_close(softmax.full_nll(hidden, targets), one_pass)
 
 
+def test_bf16_logits_nll_stays_within_bf16_rounding_of_the_float32_nll() -> None:
+    """With ``logits_dtype=torch.bfloat16`` each logit is off by at most bf16's rounding of its
+    inputs and output (a few 2**-9 of ``sum_k |h_k w_ck|``; the bias is added in float32), so a
+    token's NLL by at most twice the largest logit error; the float32 default is the plain
+    cross-entropy, bit for bit."""
+    torch.manual_seed(14)
+    softmax = LMSoftmax(300, 64, kind="full")
+    with torch.no_grad():
+        softmax.bias.normal_(std=10.0)  # a bias rounded to bf16 would be off by up to 0.03
+    hidden, targets = torch.randn(40, 64), torch.randint(0, 300, (40,))
+    logits = F.linear(hidden, softmax.weight, softmax.bias)
+    exact = F.cross_entropy(logits, targets, reduction="none").detach()
+    assert torch.equal(softmax.full_nll(hidden, targets).detach(), exact)
+    bf16 = softmax.full_nll(hidden, targets, torch.bfloat16).detach()
+    assert bf16.dtype == torch.float32
+    magnitude = (hidden.abs() @ softmax.weight.abs().t()).detach()  # (40, 300)
+    bound = 2 * 3 * 2**-9 * magnitude.max(dim=1).values  # (40,)
+    assert bool(((bf16 - exact).abs() <= bound).all())
+    assert float((bf16 - exact).abs().max()) > 0  # it does compute in bf16
+
+
 def test_adaptive_softmax_trains_and_evaluates_with_a_normalised_distribution() -> None:
     torch.manual_seed(13)
     softmax = LMSoftmax(100, 16, kind="adaptive", adaptive_cutoffs=[10, 40])

@@ -98,6 +98,8 @@ class BiLMPretrainer(pl.LightningModule):
         self._eval_states: dict[str, BiLMState | None] = {}
         self._train_states: BiLMState | None = None
         self._resume_rng_state: Tensor | None = None
+        # The full softmax's logits product in evaluation: float32, or bf16 (LMSoftmax.full_nll)
+        self.eval_logits_dtype = torch.float32
 
     # -- training ---------------------------------------------------------------------------
 
@@ -195,7 +197,9 @@ class BiLMPretrainer(pl.LightningModule):
                     ("bwd", backward[-1], batch["backward_targets"]),
                 ):
                     flat = hidden.reshape(-1, hidden.shape[-1])[keep]  # (real tokens, proj)
-                    nll = self.softmax.full_nll(flat, targets.reshape(-1)[keep])  # (real tokens,)
+                    nll = self.softmax.full_nll(  # (real tokens,)
+                        flat, targets.reshape(-1)[keep], self.eval_logits_dtype
+                    )
                     self._add(f"{regime}nll_{direction}", nll.double().sum())
         self._add("tokens", keep.sum().double())
 

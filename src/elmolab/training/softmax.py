@@ -299,20 +299,32 @@ class LMSoftmax(nn.Module):
             return self._sampled_nll(hidden, targets)
         return F.cross_entropy(self._full_logits(hidden).float(), targets, reduction="none")
 
-    def full_nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def full_nll(
+        self,
+        hidden: torch.Tensor,
+        targets: torch.Tensor,
+        logits_dtype: torch.dtype = torch.float32,
+    ) -> torch.Tensor:
         """Per-token NLL under the full softmax: ``(N, dim), (N,)`` -> float32 ``(N,)``.
 
-        Sum it and count the tokens for perplexity ``exp(sum NLL / tokens)``.
+        Sum it and count the tokens for perplexity ``exp(sum NLL / tokens)``. ``logits_dtype``
+        ``torch.bfloat16``: the logits' product in bf16 (its inputs and its output rounded to
+        bf16), the bias, the log-sum-exp and the NLL in float32; the default computes everything
+        in float32 (``adaptive``: always).
         """
         if self.adaptive is not None:
             return -self.adaptive(hidden, targets).output.float()
+        assert self.weight is not None and self.bias is not None
         rows = max(1, _EVAL_CHUNK_ELEMENTS // self.vocab_size)
-        return torch.cat(
-            [
-                F.cross_entropy(self._full_logits(h).float(), y, reduction="none")  # (rows,)
-                for h, y in zip(hidden.split(rows), targets.split(rows), strict=True)
-            ]
-        )
+        weight = self.weight if logits_dtype == torch.float32 else self.weight.to(logits_dtype)
+        losses = []
+        for h, y in zip(hidden.split(rows), targets.split(rows), strict=True):
+            if logits_dtype == torch.float32:
+                logits = self._full_logits(h).float()  # (rows, V)
+            else:
+                logits = (h.to(logits_dtype) @ weight.t()).float() + self.bias
+            losses.append(F.cross_entropy(logits, y, reduction="none"))  # (rows,)
+        return torch.cat(losses)
 
     def log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """Full log-distribution over the vocabulary: ``(N, dim)`` -> float32 ``(N, V)``."""
