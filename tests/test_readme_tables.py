@@ -83,6 +83,7 @@ def _summary() -> dict:
         "information_time": [
             {"task": "upos", "online_code_seconds": 237.9, "conditional_seconds": 62.3}
         ],
+        "layer_panel": {"tasks": [{"task": "upos", "family": "syntactic"}]},
     }
 
 
@@ -140,3 +141,19 @@ def test_stage_times_follow_the_outputs_last_writes(tmp_path: Path) -> None:
         ("report", "1530", "0.5"),
     ]
     assert "whole run: 1560 s = 26.0 min" in out
+
+
+def test_readme_table_is_the_results_table_of_readme(tmp_path: Path) -> None:
+    """``--readme`` prints README's table as README holds it: the layer panel's tasks with their
+    family, the trained biLM's best layer and mix, each baseline's best layer; README's own table
+    has the same header, made by the same command."""
+    report = tmp_path / "artifacts" / "report"
+    report.mkdir(parents=True)
+    (report / "summary.json").write_text(json.dumps(_summary()))
+    lines = _run(tmp_path, "--readme").splitlines()
+    assert lines[2:] == [
+        "| upos (accuracy) | syntactic | 70.00 (layer 2) | 90.00 | 71.00 | 72.00 |"
+    ]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert lines[0] in readme
+    assert readme[readme.index(lines[0]) + 1] == lines[1]

@@ -3,7 +3,8 @@ the run's report (``artifacts/report/summary.json``) and the biLM's curve.
 
     .venv/bin/python tools/readme_tables.py [WORKSPACE] [--start EPOCH --end EPOCH]
 
-Prints the main table (per task: the trained biLM's best single layer against its scalar mix with
+Prints README's results table (``--readme``: that table alone, as README holds it), the main table
+(per task: the trained biLM's best single layer against its scalar mix with
 the report's verdict and p-value, each baseline encoder's best layer and mix), the pretraining
 figures (perplexities against the unigram model, the stateless ratios, the validation curve), the
 probe runs and how many hit the epoch cap, the online-code and conditional-probing tables, the
@@ -76,6 +77,38 @@ def main_table(summary: dict[str, Any]) -> list[str]:
             f"| {task} ({label}) | {main['best_layer']} | {mean_std(best)} | {mix_text} | "
             + " | ".join(baselines)
             + " |"
+        )
+    return lines
+
+
+def readme_table(summary: dict[str, Any]) -> list[str]:
+    """README's "Results" table: per task of the layer panel (its family), the trained biLM's best
+    single layer (chosen on dev) and its scalar mix, and the best layer of each baseline encoder."""
+    lines = [
+        "| task | family | trained: best layer | scalar mix | random init | token layer |",
+        "|---|---|---|---|---|---|",
+    ]
+    comparisons = {(c["task"], c["encoder"]): c for c in summary["comparisons"]}
+    for row in summary["layer_panel"]["tasks"]:
+        task = row["task"]
+        main = comparisons.get((task, "trained"))
+        if main is None:
+            continue
+        cells = summary["probes"][task]
+        metric = cells[main["best_layer"]]["trained"]["metric"]
+        label = "1-NN F1" if metric == "f1" else SHORT_METRICS.get(metric, metric)
+        layer = main["best_layer"].replace("layer", "layer ")
+        mix = cells.get("scalar_mix", {}).get("trained")
+        applicable = mix is not None and mix.get("applicable", True)
+        baselines = [
+            pct(comparisons[(task, encoder)]["best_layer_mean"])
+            if (task, encoder) in comparisons
+            else "–"
+            for encoder in ENCODERS[1:]
+        ]
+        lines.append(
+            f"| {task} ({label}) | {row['family']} | {pct(main['best_layer_mean'])} ({layer}) | "
+            f"{pct(mix['mean']) if applicable else '–'} | " + " | ".join(baselines) + " |"
         )
     return lines
 
@@ -238,9 +271,14 @@ def main() -> None:
     parser.add_argument("workspace", type=Path, nargs="?", default=Path("."))
     parser.add_argument("--start", type=float, help="seconds since the epoch when make run began")
     parser.add_argument("--end", type=float, help="... and when it ended")
+    parser.add_argument("--readme", action="store_true", help="README's results table alone")
     args = parser.parse_args()
     summary = json.loads((args.workspace / "artifacts/report/summary.json").read_text())
+    if args.readme:
+        print("\n".join(readme_table(summary)))
+        return
     blocks = [
+        readme_table(summary),
         main_table(summary),
         pretraining(summary, args.workspace),
         online_code_table(summary),
