@@ -67,8 +67,11 @@ from elmolab.probing.probes import (
     EVAL_TOKENS,
     Head,
     Stopping,
+    distance_losses,
     epoch_order,
+    invalid_arcs,
     token_losses,
+    uniform,
 )
 from elmolab.probing.settings import TOKEN_KINDS, ProbeSettings, Schedule, probe_dtype
 from elmolab.probing.trees import GoldTrees, SentenceBatch, plan_batches, tree_distances
@@ -177,8 +180,8 @@ class HeadAdam:
 
 
 def _uniform(generators: Sequence[torch.Generator], shape: tuple[int, ...], bound: float):
-    """``(heads, *shape)``: head ``h`` drawn from ``generators[h]``, uniform in (-bound, bound)."""
-    return torch.stack([(torch.rand(shape, generator=g) * 2 - 1) * bound for g in generators])
+    """``(heads, *shape)``: head ``h`` drawn from ``generators[h]`` as :func:`uniform` draws."""
+    return torch.stack([uniform(g, shape, bound) for g in generators])
 
 
 def _take(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -1145,16 +1148,6 @@ class HeadBilinear(nn.Module):
         return scores.masked_fill(invalid, float("-inf"))
 
 
-def invalid_arcs(mask: torch.Tensor) -> torch.Tensor:
-    """Where a batch's arc scores ``(b, n, 1 + n)`` (the root, then the words, as candidate
-    heads) must be ``-inf``: a word heading itself, or a padded slot heading; ``mask`` ``(b, n)``
-    the batch's words."""
-    n = mask.shape[1]
-    self_arc = F.pad(torch.eye(n, dtype=torch.bool), (1, 0))  # (n, 1 + n)
-    padding = F.pad(~mask, (1, 0))  # (b, 1 + n)
-    return self_arc | padding[:, None, :]
-
-
 class HeadProjection(nn.Module):
     """Per head the structural probe's ``d(i, j) = |B (m_i - m_j)|^2``; ``B`` ``(rank, width)``
     uniform in (-0.05, 0.05) as in Hewitt and Manning."""
@@ -1375,7 +1368,7 @@ class StructuralProbes(_TreeProbes):
 
     def _batch_losses(self, part, mixed, batch, number, local) -> tuple[torch.Tensor, int]:
         predicted = part.probe(mixed, local)  # (h, b, n, n)
-        losses = _sentence_losses(predicted, self.targets["train"][number], batch.mask)
+        losses = distance_losses(predicted, self.targets["train"][number], batch.mask)
         return losses.mean(dim=1), len(batch.sentences)
 
     def evaluate(self, role: str, active: torch.Tensor, distances: bool = False) -> Evaluation:
@@ -1390,7 +1383,7 @@ class StructuralProbes(_TreeProbes):
                     continue
                 mixed = self._mixed(part, layers, batch, local)
                 squared = part.probe(mixed, local)  # (h, b, n, n)
-                losses = _sentence_losses(squared, self.targets[role][number], batch.mask)
+                losses = distance_losses(squared, self.targets[role][number], batch.mask)
                 loss_sum[numbers] += losses.sum(dim=1).double()
                 if distances:
                     lengths = batch.mask.sum(dim=1).tolist()
@@ -1473,16 +1466,6 @@ def _padded_distances(
             padded[slot, :n, :n] = gold[sentence]
         targets.append(torch.from_numpy(padded))
     return targets
-
-
-def _sentence_losses(
-    predicted: torch.Tensor, gold: torch.Tensor, mask: torch.Tensor
-) -> torch.Tensor:
-    """H&M's L1 loss per head and sentence, ``sum_{i,j} |d - tree| / n^2``: ``(h, b)``."""
-    pairs = mask[:, :, None] & mask[:, None, :]  # (b, n, n)
-    lengths = mask.sum(dim=1).float()  # (b,)
-    errors = torch.where(pairs, (predicted - gold).abs(), 0.0)  # (h, b, n, n)
-    return errors.sum(dim=(2, 3)) / lengths**2
 
 
 # --- Entry point --------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ write its module and data here, then register its kind in the engine.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import math
 from collections.abc import Iterator
@@ -135,7 +136,8 @@ class LayerInput(nn.Module):
         return torch.zeros(()) if self.mix is None else self.mix.penalty()
 
 
-def _uniform(generator: torch.Generator, shape: tuple[int, ...], bound: float) -> torch.Tensor:
+def uniform(generator: torch.Generator, shape: tuple[int, ...], bound: float) -> torch.Tensor:
+    """``shape`` drawn from ``generator``, uniform in (-bound, bound)."""
     return (torch.rand(shape, generator=generator) * 2 - 1) * bound
 
 
@@ -159,8 +161,8 @@ class Classifier(nn.Module):
         for a, b in itertools.pairwise(sizes):
             linear = nn.utils.skip_init(nn.Linear, a, b)  # initialised from ``generator`` below
             with torch.no_grad():
-                linear.weight.copy_(_uniform(generator, (b, a), 1 / math.sqrt(a)))
-                linear.bias.copy_(_uniform(generator, (b,), 1 / math.sqrt(a)))
+                linear.weight.copy_(uniform(generator, (b, a), 1 / math.sqrt(a)))
+                linear.bias.copy_(uniform(generator, (b,), 1 / math.sqrt(a)))
             self.maps.append(linear)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -170,6 +172,27 @@ class Classifier(nn.Module):
                 keep = 1 - self.dropout
                 x = x * torch.empty(x.shape).bernoulli_(keep, generator=self.generator) / keep
         return self.maps[-1](x)
+
+
+def invalid_arcs(mask: torch.Tensor) -> torch.Tensor:
+    """Where a batch's arc scores ``(b, n, 1 + n)`` (the root, then the words, as candidate
+    heads) must be ``-inf``: a word heading itself, or a padded slot heading; ``mask`` ``(b, n)``
+    the batch's words."""
+    n = mask.shape[1]
+    self_arc = F.pad(torch.eye(n, dtype=torch.bool), (1, 0))  # (n, 1 + n)
+    padding = F.pad(~mask, (1, 0))  # (b, 1 + n)
+    return self_arc | padding[:, None, :]
+
+
+def distance_losses(
+    predicted: torch.Tensor, gold: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """H&M's L1 loss per sentence, ``sum_{i,j} |d - tree| / n^2``: distances ``(..., b, n, n)``
+    (a head axis or none), gold ``(b, n, n)``, mask ``(b, n)`` -> ``(..., b)``."""
+    pairs = mask[:, :, None] & mask[:, None, :]  # (b, n, n)
+    lengths = mask.sum(dim=1).float()  # (b,)
+    errors = torch.where(pairs, (predicted - gold).abs(), 0.0)  # (..., b, n, n)
+    return errors.sum(dim=(-2, -1)) / lengths**2
 
 
 # --- The probes ---------------------------------------------------------------------------------
@@ -252,12 +275,10 @@ class ArcProbe(Probe):
 
     def forward(self, layers: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         m = self.input(layers, mask)  # (b, n, width)
-        b, n, width = m.shape
+        b, _, width = m.shape
         candidates = torch.cat([self.root.expand(b, 1, width), m], dim=1)  # (b, 1 + n, width)
         scores = (m @ self.weight + self.bias) @ candidates.mT
-        self_arc = F.pad(torch.eye(n, dtype=torch.bool), (1, 0))  # (n, 1 + n)
-        padding = F.pad(~mask, (1, 0))[:, None, :]  # (b, 1, 1 + n)
-        return scores.masked_fill(self_arc | padding, float("-inf"))
+        return scores.masked_fill(invalid_arcs(mask), float("-inf"))
 
 
 class StructuralProbe(Probe):
@@ -269,7 +290,7 @@ class StructuralProbe(Probe):
 
     def __init__(self, input: LayerInput, generator: torch.Generator, rank: int) -> None:
         super().__init__(input)
-        self.proj = nn.Parameter(_uniform(generator, (rank, input.width), 0.05))
+        self.proj = nn.Parameter(uniform(generator, (rank, input.width), 0.05))
 
     def forward(self, layers: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         p = self.input(layers, mask) @ self.proj.T  # (b, n, rank)
@@ -364,10 +385,13 @@ class TreeData:
             role: plan_batches(split.sentence_lengths, sizes[role])
             for role, split in splits.items()
         }
-        # each sentence's tree distances (the structural probe's targets)
-        self.distances = {
+
+    @functools.cached_property
+    def distances(self) -> dict[str, list]:
+        """Each sentence's tree distances per role: the structural probe's targets."""
+        return {
             role: [tree_distances(heads) for heads in split.sentence_heads()]
-            for role, split in splits.items()
+            for role, split in self.splits.items()
         }
 
     def _batch_loss(self, probe: Probe, role: str, batch: SentenceBatch):
@@ -384,9 +408,8 @@ class TreeData:
         for slot, sentence in enumerate(batch.sentences.tolist()):
             n = split.sentence_lengths[sentence]
             gold[slot, :n, :n] = torch.from_numpy(self.distances[role][sentence])
-        pairs = batch.mask[:, :, None] & batch.mask[:, None, :]
-        errors = torch.where(pairs, (output - gold).abs(), 0.0).sum(dim=(1, 2))
-        return output, (errors / batch.mask.sum(dim=1).float() ** 2).sum(), len(batch.sentences)
+        losses = distance_losses(output, gold, batch.mask)  # (b,)
+        return output, losses.sum(), len(batch.sentences)
 
     def steps(self, probe: Probe, shuffle: torch.Generator) -> Iterator[tuple[torch.Tensor, int]]:
         plan = self.plans["train"]
