@@ -93,7 +93,7 @@ def _new_side(payload: dict, schedule: dict) -> dict:
     from elmolab.probing.engine import train_heads
     from elmolab.probing.metrics import LabelVocabulary
     from elmolab.probing.probes import Head
-    from elmolab.probing.settings import ProbeSettings
+    from elmolab.schema import ProbeSettings
 
     settings = section(OmegaConf.create(compose_params(ROOT / "conf")), "probe", ProbeSettings)
     settings = dataclasses.replace(
@@ -167,17 +167,17 @@ def write_payloads(args: argparse.Namespace, out: Path) -> list[Path]:
     from omegaconf import OmegaConf
 
     from elmolab.config import section
-    from elmolab.extract import ExtractConfig
     from elmolab.params import compose_params
-    from elmolab.probing.runner import GridConfig, feature_modes, load_splits
-    from elmolab.probing.settings import ProbeSettings
+    from elmolab.probing.runner import feature_modes, load_splits
+    from elmolab.probing.tasks import data_catalog
+    from elmolab.schema import ExtractConfig, GridConfig, ProbeSettings
 
     cfg = OmegaConf.create(compose_params(ROOT / "conf"))
     OmegaConf.update(cfg, "probe.features_dir", str(args.features))
     grid = section(cfg, "grid", GridConfig)
     settings = section(cfg, "probe", ProbeSettings)
     settings.encoders = args.encoders or settings.encoders
-    catalog = section(cfg, "extract", ExtractConfig).catalog()
+    catalog = data_catalog(section(cfg, "extract", ExtractConfig))
     modes = feature_modes(ROOT / "conf", grid.features)
     paths = []
     for name in args.tasks:

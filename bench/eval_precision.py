@@ -27,9 +27,10 @@ from omegaconf import OmegaConf
 from elmolab.config import section
 from elmolab.hardware import cpu_model, native_bf16_flags
 from elmolab.models.bilm_tf import load_bilm_from_checkpoint
+from elmolab.schema import ModelConfig, PretrainConfig
 from elmolab.text.vocab import Vocabulary
 from elmolab.training.data import LMDataModule
-from elmolab.training.pretrain import ModelConfig, PretrainConfig, make_module
+from elmolab.training.pretrain import make_module
 
 DTYPES = {"float32": torch.float32, "bf16 logits": torch.bfloat16}
 KEYS = ("val/ppl", "val/stateless_ppl")

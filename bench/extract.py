@@ -1,6 +1,6 @@
 """The extract stage's batch size: one split extracted at several ``extract.batch_size`` values.
 
-Runs ``elmolab.extract.extract_split`` (what the stage runs: the biLM stateless over the
+Runs ``elmolab.stages.extract.extract_split`` (what the stage runs: the biLM stateless over the
 length-sorted sentences, float16 feature files written) on one split of a probing dataset with
 each batch size, interleaved over ``--rounds`` rounds (each size's best time counts), on
 ``--threads`` threads with idle OpenMP threads spinning, as in the stage (``elmolab.openmp``). It
@@ -30,12 +30,14 @@ import torch  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from elmolab.config import section  # noqa: E402
-from elmolab.extract import ExtractConfig, extract_split, load_encoder  # noqa: E402
 from elmolab.hardware import cpu_model  # noqa: E402
 from elmolab.io.features import read_features  # noqa: E402
 from elmolab.models.bilm import BiLM, BiLMOptions  # noqa: E402
+from elmolab.models.encoder_files import load_encoder  # noqa: E402
 from elmolab.params import compose_params  # noqa: E402
-from elmolab.training.pretrain import ModelConfig  # noqa: E402
+from elmolab.probing.tasks import data_catalog  # noqa: E402
+from elmolab.schema import ExtractConfig, ModelConfig  # noqa: E402
+from elmolab.stages.extract import extract_split  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,7 +62,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cfg = OmegaConf.create(compose_params(ROOT / "conf"))
-    source = section(cfg, "extract", ExtractConfig).catalog().read(args.dataset, args.split)
+    source = data_catalog(section(cfg, "extract", ExtractConfig)).read(args.dataset, args.split)
     model, described = encoder(args.model, cfg)
     print(
         f"CPU: {cpu_model()}, {torch.get_num_threads()} threads; {args.dataset}/{args.split}: "

@@ -24,14 +24,15 @@ import torch
 from omegaconf import OmegaConf
 
 from elmolab.config import section
-from elmolab.extract import ExtractConfig
 from elmolab.hardware import cpu_model
 from elmolab.models.scalar_mix import FeatureMode
 from elmolab.params import compose_params
 from elmolab.probing.engine import train_heads
 from elmolab.probing.probes import Head
-from elmolab.probing.runner import GridConfig, load_splits
-from elmolab.probing.settings import ProbeSettings, probe_precision
+from elmolab.probing.runner import load_splits
+from elmolab.probing.settings import probe_precision
+from elmolab.probing.tasks import data_catalog
+from elmolab.schema import ExtractConfig, GridConfig, ProbeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,7 +63,7 @@ def main() -> None:
         settings.encoders = [args.encoder]
         if settings.standardize not in loaded:
             task = section(cfg, "grid", GridConfig).tasks[args.task]
-            catalog = section(cfg, "extract", ExtractConfig).catalog()
+            catalog = data_catalog(section(cfg, "extract", ExtractConfig))
             loaded[settings.standardize] = (task, *load_splits(task, catalog, settings))
         task, splits, labels = loaded[settings.standardize]
         heads = [Head(FeatureMode(m), seed) for m in args.modes for seed in args.seeds]

@@ -58,7 +58,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from elmolab.config import section
-from elmolab.extract import ExtractConfig
 from elmolab.hardware import cpu_model
 from elmolab.params import compose_params
 from elmolab.probing.engine import (
@@ -70,15 +69,10 @@ from elmolab.probing.engine import (
     train_step,
 )
 from elmolab.probing.jobs import layer0_twins, plan_jobs, training_subset
-from elmolab.probing.runner import GridConfig, feature_modes, load_splits, run_cell
-from elmolab.probing.settings import (
-    PRECISIONS,
-    ProbeSettings,
-    Schedule,
-    probe_dtype,
-    probe_precision,
-)
-from elmolab.probing.tasks import TaskConfig, TaskKind
+from elmolab.probing.runner import feature_modes, load_splits, run_cell
+from elmolab.probing.settings import Schedule, probe_dtype, probe_precision
+from elmolab.probing.tasks import TaskKind, data_catalog
+from elmolab.schema import PRECISIONS, ExtractConfig, GridConfig, ProbeSettings, TaskConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -282,7 +276,7 @@ def main() -> None:
     settings = section(cfg, "probe", ProbeSettings)
     one = section(cfg, "probe", ProbeSettings)
     one.encoders = [args.encoder]
-    catalog = section(cfg, "extract", ExtractConfig).catalog()
+    catalog = data_catalog(section(cfg, "extract", ExtractConfig))
     modes = feature_modes(CONF, grid.features)
     records = previous_epochs(Path(args.probes))
     print(
@@ -352,7 +346,7 @@ def predict_stage(
         if name in grid.tasks:
             task = grid.tasks[name]
         else:
-            task_cfg = OmegaConf.load(CONF / "task" / f"{name}.yaml")
+            task_cfg = OmegaConf.load(CONF / "tasks" / f"{name}.yaml")
             task = section(OmegaConf.merge(cfg, {"task": task_cfg}), "task", TaskConfig)
         if settings.unseen is not None:
             task.unseen = settings.unseen

@@ -48,9 +48,10 @@ from elmolab.config import section
 from elmolab.hardware import choose_precision, cpu_model, native_bf16_flags
 from elmolab.models.char_cnn import length_chunks
 from elmolab.params import compose_params
+from elmolab.schema import ModelConfig, PretrainConfig
 from elmolab.text.vocab import Vocabulary
 from elmolab.training.data import LMDataModule
-from elmolab.training.pretrain import ModelConfig, PretrainConfig, make_module
+from elmolab.training.pretrain import make_module
 
 ROOT = Path(__file__).resolve().parents[1]
 

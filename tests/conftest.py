@@ -69,7 +69,7 @@ def default_probe_settings():
     from omegaconf import OmegaConf
 
     from elmolab.config import section
-    from elmolab.probing.settings import ProbeSettings
+    from elmolab.schema import ProbeSettings
 
     conf = Path(__file__).resolve().parents[1] / "conf"
     cfg = OmegaConf.create({"paths": {"artifacts": "artifacts", "data": "data"}})

@@ -563,21 +563,21 @@ CASES = [
         "probe",
         "features-missing-a-sentence",
         feature_file("dev.hdf5", edit_hdf5(lambda file: file.pop("4"))),
-        "{params} task=upos features=layer1 " + ONE_ENCODER,
+        "{params} task=upos " + ONE_ENCODER,
         r"\d+ lines, expected \d+$",
     ),
     Case(
         "probe",
         "features-misshapen",
         feature_file("dev.hdf5", edit_hdf5(lambda file: drop_last_column(file, "4"))),
-        "{params} task=upos features=layer1 " + ONE_ENCODER,
+        "{params} task=upos " + ONE_ENCODER,
         r"line index 4: shape \(3, \d+, 31\) does not match line 0 \(layers, width\) \(3, 32\)$",
     ),
     Case(
         "probe",
         "sidecar-of-other-tokens",
         feature_file("dev.tokens.txt", misspell_fifth_sentence),
-        "{params} task=upos features=layer1 " + ONE_ENCODER,
+        "{params} task=upos " + ONE_ENCODER,
         r"token 1 is 'x[^']*', but sentence 5 of ud_english_ewt/dev \(.*\), line \d+ has '[^']*':"
         r" the features were extracted from other data",
     ),
@@ -590,7 +590,7 @@ CASES = [
             lambda line: is_conllu_word(line) and "\tNOUN\t" in line,
             lambda line: line.replace("\tNOUN\t", "\tNOVEL\t"),
         ),
-        "{params} task=upos features=layer1 probe.unseen=raise " + EWT_DEV,
+        "{params} task=upos probe.unseen=raise " + EWT_DEV,
         r"label 'NOVEL' never occurs",
     ),
     Case(
@@ -599,21 +599,21 @@ CASES = [
         raganato_line(
             "ALL", "gold.key.txt", first_line, lambda line: line.split()[0] + " zzz%1:09:00::"
         ),
-        "{params} task=wsd features=layer1 extract.datasets.raganato_eval.splits.ALL={bad}",
+        "{params} task=wsd extract.datasets.raganato_eval.splits.ALL={bad}",
         r"sense key 'zzz%1:09:00::' is not in WordNet \(.*index\.sense\)",
     ),
     Case(
         "probe",
         "gold-key-line-without-key",
         raganato_line("semeval2007", "gold.key.txt", first_line, lambda line: line.split()[0]),
-        "{params} task=wsd features=layer1 extract.datasets.raganato_eval.splits.semeval2007={bad}",
+        "{params} task=wsd extract.datasets.raganato_eval.splits.semeval2007={bad}",
         r"expected an instance id and at least one sense key, got '[^ ']+'",
     ),
     Case(
         "probe",
         "wordnet-sense-number-not-integer",
         wordnet_line(set_column(2, "two", " ")),
-        "{params} task=wsd features=layer1 grid.tasks.wsd.wordnet={bad}",
+        "{params} task=wsd grid.tasks.wsd.wordnet={bad}",
         r"sense number 'two' is not a positive integer",
     ),
     # config
@@ -635,7 +635,7 @@ CASES = [
         "probe",
         "params-not-yaml",
         params_line(lambda line: line.startswith("study:"), lambda line: line + ": lab"),
-        "{bad} task=upos features=layer1",
+        "{bad} task=upos",
         r"not valid YAML: mapping values are not allowed here \(column 15\)$",
     ),
     # elmolab embed

@@ -17,14 +17,8 @@ from seqeval.scheme import IOB1, IOB2, IOBES
 
 from elmolab.config import section
 from elmolab.probing.metrics import LabelVocabulary, span_f1, task_score
-from elmolab.probing.tasks import (
-    ColumnsConfig,
-    DatasetConfig,
-    TaskConfig,
-    dataset_digest,
-    read_split,
-    task_labels,
-)
+from elmolab.probing.tasks import dataset_digest, read_split, task_labels
+from elmolab.schema import ColumnsConfig, DatasetConfig, TaskConfig
 from elmolab.text.conll import (
     LOOSE_BEGINS,
     Separator,

@@ -1,5 +1,6 @@
 """conf/ is the single source of truth: params.yaml is its composition; bad keys fail clearly."""
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -9,11 +10,11 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from elmolab.config import load_params, section
+from elmolab.config import apply_overrides, load_params, section
 from elmolab.errors import ElmolabError
 from elmolab.params import compose_params
-from elmolab.prepare import CorpusConfig
-from elmolab.probing.tasks import TaskConfig
+from elmolab.probing.tasks import check_task
+from elmolab.schema import SECTIONS, CorpusConfig, TaskConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -40,14 +41,35 @@ def test_unknown_key_in_a_section_names_the_file_and_key(tmp_path):
 
 
 def test_params_overrides_set_existing_keys_only(tmp_path):
+    """A DVC cell's overrides are Hydra's value overrides on the composed file (as `dvc exp run
+    -S` applies them): existing keys only, and no config group, which only Hydra composes."""
     params = tmp_path / "params.yaml"
     params.write_text(compose_params(CONF), encoding="utf-8")
-    cfg = load_params(params, ["corpus.vocab_min_count=7", "seed=3"], CONF)
-    assert cfg.corpus.vocab_min_count == 7 and cfg.seed == 3
+    cfg = load_params(params)
+    apply_overrides(cfg, ["corpus.vocab_min_count=7", "seed=3", "grid.seeds=[4,5]"], params)
+    assert cfg.corpus.vocab_min_count == 7 and cfg.seed == 3 and list(cfg.grid.seeds) == [4, 5]
     with pytest.raises(ElmolabError, match=r"no key 'corpus\.nope'"):
-        load_params(params, ["corpus.nope=1"], CONF)
-    with pytest.raises(ElmolabError, match="unknown choice 'nope' for group 'corpus'"):
-        load_params(params, ["corpus=nope"], CONF)
+        apply_overrides(cfg, ["corpus.nope=1"], params)
+    with pytest.raises(ElmolabError, match="'corpus' is a section, composed into this file"):
+        apply_overrides(cfg, ["corpus=nope"], params)
+    with pytest.raises(ElmolabError, match=r"override 'seed=\[1'"):
+        apply_overrides(cfg, ["seed=[1"], params)
+
+
+@pytest.mark.parametrize(
+    "preset", [None, *sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))]
+)
+def test_the_schema_mirrors_every_section_of_the_composed_config(preset):
+    """elmolab.schema has a schema for every top-level key of every preset's composition, and
+    each section validates against it."""
+    overrides = [] if preset is None else [f"experiment={preset}"]
+    cfg = OmegaConf.create(yaml.safe_load(compose_params(CONF, overrides)))
+    assert set(cfg) - {"logger"} == set(SECTIONS)
+    for key, schema in SECTIONS.items():
+        if dataclasses.is_dataclass(schema):
+            section(cfg, key, schema)
+        else:
+            assert isinstance(cfg[key], schema), key
 
 
 def test_stage_reports_a_bad_key_in_one_line_without_traceback(tmp_path):
@@ -102,23 +124,23 @@ FAMILIES = {
 
 @pytest.mark.parametrize("task", sorted(FAMILIES))
 def test_every_task_file_names_its_family(task: str) -> None:
-    path = CONF / "task" / f"{task}.yaml"
+    path = CONF / "tasks" / f"{task}.yaml"
     node = OmegaConf.create({"paths": {"data": "data"}, "task": OmegaConf.load(path)})
     config = section(node, "task", TaskConfig)
-    config.check()
+    check_task(config)
     assert config.family == FAMILIES[task]
 
 
 def test_an_unknown_family_names_the_task_file_and_the_allowed_values() -> None:
-    path = CONF / "task" / "upos.yaml"
+    path = CONF / "tasks" / "upos.yaml"
     node = OmegaConf.load(path)
     node.family = "lexical"
     config = section(OmegaConf.create({"task": node}), "task", TaskConfig)
     problem = (
-        "task.family (conf/task/upos.yaml): 'lexical' is not one of syntactic, semantic, control"
+        "task.family (conf/tasks/upos.yaml): 'lexical' is not one of syntactic, semantic, control"
     )
     with pytest.raises(ElmolabError, match=re.escape(problem)):
-        config.check()
+        check_task(config)
     missing = OmegaConf.load(path)
     del missing["family"]
     with pytest.raises(ElmolabError, match="family"):

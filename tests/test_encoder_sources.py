@@ -26,12 +26,14 @@ from omegaconf import DictConfig, OmegaConf
 from elmolab.config import section
 from elmolab.embed import embed_sentences
 from elmolab.errors import ElmolabError
-from elmolab.extract import ExtractConfig, encoder_files, extract, load_encoder
 from elmolab.io.features import summary_path
 from elmolab.models.bilm import BiLM
+from elmolab.models.encoder_files import encoder_files, load_encoder
 from elmolab.probing.runner import run_cell
-from elmolab.probing.settings import ProbeSettings
-from elmolab.probing.tasks import TaskConfig, read_split_features
+from elmolab.probing.tasks import data_catalog, read_split_features
+from elmolab.schema import ExtractConfig, ProbeSettings
+from elmolab.stages.extract import extract
+from elmolab.stages.probe import grid_task
 
 OPTIONS, WEIGHTS = "elmo_test_options.json", "elmo_test_weights.hdf5"  # published-style names
 SENTENCES = 3  # per split of the extraction
@@ -148,13 +150,13 @@ def test_an_encoder_named_by_its_files_is_extracted(
             "options": str(published / OPTIONS),
             "weights": str(published / WEIGHTS),
         }
-    sources = config.catalog().sources()
+    sources = data_catalog(config).sources()
     assert {source.dataset for source in sources} == set(config.datasets)
     for source in sources:
         lines = read_split_features(out / "fixture", source)
         assert len(lines) == len(source.units()) <= SENTENCES
         assert {line.shape[::2] for line in lines} == {(3, DIM)}
-    source = config.catalog().read("ud_english_ewt", "dev")
+    source = data_catalog(config).read("ud_english_ewt", "dev")
     stored = read_split_features(out / "fixture", source)[0]
     ((_, expected),) = embed_sentences(model, [source.units()[0]])
     np.testing.assert_allclose(stored, expected.numpy(), atol=2e-3, rtol=2e-3)  # float16
@@ -196,9 +198,9 @@ def test_the_documented_ad_hoc_commands_extract_and_probe_without_pretraining(
     )
     cell = tmp_path / "probes" / "upos"
     run_cell(
-        section(cfg, "task", TaskConfig),
+        grid_task(cfg),
         ["layer1"],
-        section(cfg, "extract", ExtractConfig).catalog(),
+        data_catalog(section(cfg, "extract", ExtractConfig)),
         section(cfg, "probe", ProbeSettings),
         [1],
         cell,

@@ -17,9 +17,11 @@ from omegaconf import DictConfig
 from elmolab.config import section
 from elmolab.embed import embed_sentences
 from elmolab.errors import ElmolabError
-from elmolab.extract import ExtractConfig, extract, extract_split, load_encoder
 from elmolab.io.features import DATASET_DIGEST, feature_path, read_features, units_path
-from elmolab.probing.tasks import dataset_digest, multiword_parts, read_split_features
+from elmolab.models.encoder_files import load_encoder
+from elmolab.probing.tasks import data_catalog, dataset_digest, multiword_parts, read_split_features
+from elmolab.schema import ExtractConfig
+from elmolab.stages.extract import extract, extract_split
 from elmolab.text.conll import LOOSE_BEGINS
 
 
@@ -43,7 +45,7 @@ def test_every_split_of_every_encoder_is_written_in_the_elmo_format(workspace: D
     # no temporary folders
     assert sorted(p.name for p in features.iterdir()) == ["random", "token_only", "trained"]
     for encoder in ("trained", "random", "token_only"):
-        for source in config.catalog().sources():
+        for source in data_catalog(config).sources():
             path = feature_path(features / encoder, source.dataset, source.split)
             units = source.units()
             with h5py.File(path) as f:
@@ -72,7 +74,7 @@ def test_every_split_of_every_encoder_is_written_in_the_elmo_format(workspace: D
 
 def test_the_token_layer_control_shares_layer_0_and_nothing_else(workspace: DictConfig) -> None:
     features = _artifacts(workspace) / "features"
-    source = _config(workspace).catalog().read("ud_english_ewt", "dev")
+    source = data_catalog(_config(workspace)).read("ud_english_ewt", "dev")
     layers = {
         encoder: read_split_features(features / encoder, source)
         for encoder in ("trained", "token_only")
@@ -101,7 +103,7 @@ def test_the_token_layer_control_shares_layer_0_and_nothing_else(workspace: Dict
 
 def test_a_wsd_instance_is_the_mean_of_its_words_in_the_sentence(workspace: DictConfig) -> None:
     config = _config(workspace)
-    source = config.catalog().read("raganato_eval", "ALL")
+    source = data_catalog(config).read("raganato_eval", "ALL")
     sentences = source.wsd_sentences()
     index, instance = next(
         (i, inst)
@@ -124,7 +126,7 @@ def test_a_wsd_instance_is_the_mean_of_its_words_in_the_sentence(workspace: Dict
 def test_a_sidecar_that_disagrees_with_the_data_names_its_file_and_line(
     workspace: DictConfig, tmp_path: Path
 ) -> None:
-    source = _config(workspace).catalog().read("ud_english_ewt", "dev")
+    source = data_catalog(_config(workspace)).read("ud_english_ewt", "dev")
     encoder = tmp_path / "trained"
     (encoder / "ud_english_ewt").mkdir(parents=True)
     original = _artifacts(workspace) / "features" / "trained" / "ud_english_ewt"
@@ -141,7 +143,7 @@ def test_a_sidecar_that_disagrees_with_the_data_names_its_file_and_line(
 def test_a_feature_line_with_the_wrong_token_count_names_the_file_and_line(
     workspace: DictConfig, tmp_path: Path
 ) -> None:
-    source = _config(workspace).catalog().read("wnut17", "test")
+    source = data_catalog(_config(workspace)).read("wnut17", "test")
     encoder = tmp_path / "trained"
     (encoder / "wnut17").mkdir(parents=True)
     original = _artifacts(workspace) / "features" / "trained" / "wnut17"
@@ -183,7 +185,7 @@ def test_a_failure_leaves_no_partial_output(
             raise RuntimeError("killed")
         return extract_split(*args)
 
-    monkeypatch.setattr("elmolab.extract.extract_split", fail_on_third_split)
+    monkeypatch.setattr("elmolab.stages.extract.extract_split", fail_on_third_split)
     with pytest.raises(RuntimeError, match="killed"):
         extract(_config(workspace), out)
     # neither the two finished splits nor their dataset's folder: a dataset appears complete

@@ -19,23 +19,18 @@ LAYERS = (
         "elmolab.hardware",
         "elmolab.openmp",
     ),
-    ("elmolab.config", "elmolab.params", "elmolab.tracking"),
+    # the configuration: its schema (one dataclass per conf/ section), loading it, composing it
+    ("elmolab.schema", "elmolab.config", "elmolab.params", "elmolab.tracking"),
     # data formats: corpora, CoNLL, WSD, characters, vocabularies, feature files
     ("elmolab.text", "elmolab.io"),
     # the network, and its weight files
     ("elmolab.models",),
     # what is done with it: pretraining, features, probes
     ("elmolab.training", "elmolab.embed", "elmolab.elmo", "elmolab.probing"),
-    # the stages and the command line
-    (
-        "elmolab.prepare",
-        "elmolab.controls",
-        "elmolab.extract",
-        "elmolab.report",
-        "elmolab.taskmodel",
-        "elmolab.wandb_report",
-        "elmolab.cli",
-    ),
+    # the report and the task model: libraries the stages use
+    ("elmolab.report", "elmolab.taskmodel", "elmolab.wandb_report"),
+    # the stages (one module each) and the command line
+    ("elmolab.stages", "elmolab.cli"),
 )
 
 

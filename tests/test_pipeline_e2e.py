@@ -168,11 +168,11 @@ def test_a_new_dataset_and_task_rerun_only_their_stages_and_the_report(
         shutil.copy(repo / "data" / "probing" / "conll2000" / name, new_data / name)
     with open(repo / "conf" / "extract" / "default.yaml", "a", encoding="utf-8") as conf:
         conf.write(NEW_DATASET)
-    (repo / "conf" / "task" / "chunk_columns.yaml").write_text(NEW_TASK, encoding="utf-8")
+    (repo / "conf" / "tasks" / "chunk_columns.yaml").write_text(NEW_TASK, encoding="utf-8")
     grid = repo / "conf" / "grid" / "default.yaml"
     text = grid.read_text(encoding="utf-8")
     grid.write_text(
-        text.replace("  - _self_", "  - /task@tasks.chunk_columns: chunk_columns\n  - _self_"),
+        text.replace("  - _self_", "  - /tasks@tasks.chunk_columns: chunk_columns\n  - _self_"),
         encoding="utf-8",
     )
     _run([sys.executable, "-m", "elmolab.params", SMOKE], repo)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from elmolab.errors import ElmolabError
-from elmolab.prepare import CorpusConfig, SourceConfig, assign_splits, prepare_corpus
+from elmolab.schema import CorpusConfig, SourceConfig
+from elmolab.stages.prepare import assign_splits, prepare_corpus
 from elmolab.text.corpus import open_source
 
 

@@ -13,13 +13,8 @@ from elmolab.config import section
 from elmolab.errors import ElmolabError
 from elmolab.models.bilm_tf import load_bilm, load_bilm_from_checkpoint
 from elmolab.params import compose_params
-from elmolab.training.pretrain import (
-    ModelConfig,
-    PretrainConfig,
-    TrainerConfig,
-    pretrain,
-    random_control,
-)
+from elmolab.schema import ModelConfig, PretrainConfig, TrainerConfig
+from elmolab.training.pretrain import pretrain, random_control
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

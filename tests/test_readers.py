@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from elmolab.probing.tasks import DatasetConfig, read_split
+from elmolab.probing.tasks import read_split
+from elmolab.schema import DatasetConfig
 from elmolab.text.conll import (
     CONLL2000_CHUNK_TYPES,
     LOOSE_BEGINS,

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import yaml
 from fixtures.report.fake_artifacts import (
+    DISPLAY,
     FEATURES,
     SEEDS,
     TASKS,
@@ -35,8 +36,8 @@ from scipy import stats as scipy_stats
 from elmolab.config import section
 from elmolab.errors import ElmolabError
 from elmolab.params import compose_params
-from elmolab.report import ReportConfig, writers
 from elmolab.report import build as build_module
+from elmolab.report import writers
 from elmolab.report.build import code_version
 from elmolab.report.collect import ProbeRun, collect, read_probe_runs
 from elmolab.report.polysemy import lexname, parse_example
@@ -47,6 +48,7 @@ from elmolab.report.stats import (
     paired_t_test,
     selectivities,
 )
+from elmolab.schema import ReportConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -83,7 +85,9 @@ def runs(tmp_path_factory) -> list[ProbeRun]:
 
 def test_collect_reads_every_run_and_lists_the_newer_outputs_as_missing(tmp_path):
     artifacts = write_fake_artifacts(tmp_path, model=False)
-    inputs = collect(artifacts / "bilm", artifacts / "bilm_random", artifacts / "probes")
+    inputs = collect(
+        artifacts / "bilm", artifacts / "bilm_random", artifacts / "probes", display=DISPLAY
+    )
     assert len(inputs.probes) == N_RUNS
     # A tree from before the token_only encoder, the structural probe and learning curves
     # (test_report_extra.py: a complete tree lists nothing).
@@ -121,12 +125,12 @@ def test_bad_json_and_bad_curve_are_errors_naming_the_file(tmp_path):
     write_pretraining(tmp_path)
     (tmp_path / "bilm" / "metrics.json").write_text('{"val": ', encoding="utf-8")
     with pytest.raises(ElmolabError, match=r"bilm/metrics.json:1: not valid JSON"):
-        collect(tmp_path / "bilm", tmp_path / "none", tmp_path / "none")
+        collect(tmp_path / "bilm", tmp_path / "none", tmp_path / "none", display=DISPLAY)
     write_pretraining(tmp_path)
     curve = tmp_path / "bilm" / "curve.csv"
     curve.write_text(curve.read_text().replace("500,1280000", "500,lots"), encoding="utf-8")
     with pytest.raises(ElmolabError, match=r"curve.csv:6: column 'tokens': 'lots'"):
-        collect(tmp_path / "bilm", tmp_path / "none", tmp_path / "none")
+        collect(tmp_path / "bilm", tmp_path / "none", tmp_path / "none", display=DISPLAY)
 
 
 # --- statistics ------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 BUILT_TEMPLATE = ROOT / "build" / "dvc-plots.html"  # make vega-template
-TRAINED_BLUE = (0x1F, 0x5F, 0xA8)  # elmolab.report.figures.ENCODER_COLORS["trained"]
+TRAINED_BLUE = (0x1F, 0x5F, 0xA8)  # elmolab.report.figures.ROLE_COLORS["main"]: the trained biLM
 VERDICT_GREEN = (0xD8, 0xF0, 0xDC)  # the "mix better" badge of the headline table
 LAYER1_GREEN = (0x1B, 0x9E, 0x77)  # figures.FAVOURED_COLORS["layer1"]: the layer panel's bars
 

@@ -10,21 +10,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fixtures.report.fake_artifacts import (
-    FAMILIES,
+    DISPLAY,
     SEEDS,
     build_report,
-    report_config,
+    gather_report,
     report_data,
     write,
     write_pretraining,
     write_probe_runs,
     write_semcor,
 )
-from omegaconf import OmegaConf
 
-from elmolab.config import section
 from elmolab.errors import ElmolabError
-from elmolab.report import ReportConfig, gather, sections, tables, write_report
+from elmolab.report import sections, tables, write_report
 from elmolab.report.collect import (
     PerSentence,
     ProbeRun,
@@ -192,7 +190,7 @@ def _run(encoder: str, features: str, seed: int, correct: np.ndarray) -> ProbeRu
 def test_a_complete_tree_lists_nothing_missing(tmp_path):
     artifacts = write_complete_artifacts(tmp_path)
     probes = artifacts / "probes"
-    inputs = collect(artifacts / "bilm", artifacts / "bilm_random", probes)
+    inputs = collect(artifacts / "bilm", artifacts / "bilm_random", probes, display=DISPLAY)
     assert inputs.missing == []
     assert {r.encoder for r in inputs.probes} == set(ENCODERS)
     assert all(r.train_fraction == 1.0 for r in inputs.probes)  # fraction runs are not runs
@@ -450,11 +448,7 @@ def test_html_and_markdown_render_every_table_of_one_model(tmp_path):
     ]
     summary = summarize(results, ["baseline", "elmo_trained"])
     write(tmp_path / "artifacts" / "taskmodel" / "metrics.json", summary)
-    cfg = report_config(tmp_path, **{"polysemy.enabled": False})
-    config = section(cfg, "report", ReportConfig)
-    data = gather(
-        config, "test report", OmegaConf.to_yaml(cfg), seed=1, cwd=tmp_path, families=FAMILIES
-    )
+    data, config = gather_report(tmp_path, **{"polysemy.enabled": False})
     out = tmp_path / "artifacts" / "report"
     write_report(data, config, out)
     page = html.unescape((out / "index.html").read_text(encoding="utf-8"))

@@ -12,18 +12,16 @@ import numpy as np
 import pytest
 from conftest import expect_error
 from fixtures.report.fake_artifacts import (
-    FAMILIES,
+    DISPLAY,
     build_report,
-    report_config,
+    gather_report,
     write,
     write_pretraining,
 )
-from omegaconf import OmegaConf
 from scipy import stats as scipy_stats
 
-from elmolab.config import section
 from elmolab.errors import ElmolabError
-from elmolab.report import ReportConfig, gather, sections, tables
+from elmolab.report import sections, tables
 from elmolab.report.collect import collect, read_online_codes, read_probe_runs
 
 ENCODERS = ("trained", "random", "token_only")
@@ -213,15 +211,7 @@ def write_information_artifacts(root: Path) -> Path:
 def _build(root: Path):
     """(ReportData, summary.json, report folder) of the report on ``root/artifacts``."""
     overrides = {"polysemy.enabled": False, "significance.bootstrap_samples": SAMPLES}
-    cfg = report_config(root, **overrides)
-    data = gather(
-        section(cfg, "report", ReportConfig),
-        "t",
-        OmegaConf.to_yaml(cfg),
-        seed=1,
-        cwd=root,
-        families=FAMILIES,
-    )
+    data, _ = gather_report(root, **overrides)
     summary, out = build_report(root, **overrides)
     return data, summary, out
 
@@ -247,7 +237,9 @@ def _mean_std(values: list[float], digits: int, signed: bool = False) -> str:
 
 def test_conditional_runs_and_online_codes_are_read_apart_from_the_layer_runs(tmp_path):
     artifacts = write_information_artifacts(tmp_path)
-    inputs = collect(artifacts / "bilm", artifacts / "bilm_random", artifacts / "probes")
+    inputs = collect(
+        artifacts / "bilm", artifacts / "bilm_random", artifacts / "probes", display=DISPLAY
+    )
     assert {r.features for r in inputs.probes} == set(MODES)
     assert {r.features for r in inputs.conditional} == {f"layer0+{m}" for m in CONDITIONAL}
     assert len(inputs.conditional) == len(ENCODERS) * len(CONDITIONAL) * len(SEEDS) + len(NER)
@@ -268,7 +260,7 @@ def test_conditional_runs_and_online_codes_are_read_apart_from_the_layer_runs(tm
 def test_a_conditional_run_without_its_layer0_run_is_listed_as_missing(tmp_path):
     write_ner(tmp_path)
     (tmp_path / "ner" / "layer0" / "trained" / "seed3" / "metrics.json").unlink()
-    inputs = collect(tmp_path / "b", tmp_path / "r", tmp_path)
+    inputs = collect(tmp_path / "b", tmp_path / "r", tmp_path, display=DISPLAY)
     assert (
         "conditional probes without the layer0 run of their seed (not shown): "
         "ner/layer0+layer1/trained/seed3"

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fixtures.report.fake_artifacts import (
+    DISPLAY,
     FAMILIES,
     SEEDS,
     TASKS,
@@ -24,9 +25,10 @@ from scipy import stats as scipy_stats
 
 from elmolab.config import section
 from elmolab.errors import ElmolabError
-from elmolab.report import ReportConfig, gather, tables
+from elmolab.report import gather, tables
 from elmolab.report.collect import ProbeRun
 from elmolab.report.stats import group_cells, layer_gaps, paired_bootstrap
+from elmolab.schema import ReportConfig
 
 ALPHA = 0.05
 SAMPLES = 2000  # conf/report/default.yaml's bootstrap_samples, which build_report uses
@@ -217,7 +219,13 @@ def test_a_task_without_a_family_is_an_error_and_nothing_is_written(tmp_path):
         ElmolabError, match=r"grid\.tasks\.ner\.family: task 'ner' has probe results but no family"
     ):
         gather(
-            section(cfg, "report", ReportConfig), "t", OmegaConf.to_yaml(cfg), 1, tmp_path, families
+            section(cfg, "report", ReportConfig),
+            "t",
+            OmegaConf.to_yaml(cfg),
+            1,
+            tmp_path,
+            families,
+            DISPLAY,
         )
     assert not (tmp_path / "artifacts" / "report").exists()
 
@@ -261,7 +269,7 @@ def test_the_first_sense_and_majority_baselines_stand_beside_the_scores(report, 
     cfg = report_config(tmp_path, **{"polysemy.enabled": False})
     families = {**FAMILIES, "sentiment": "semantic"}
     config = section(cfg, "report", ReportConfig)
-    data = gather(config, "t", OmegaConf.to_yaml(cfg), 1, tmp_path, families)
+    data = gather(config, "t", OmegaConf.to_yaml(cfg), 1, tmp_path, families, DISPLAY)
     (row,) = [r for r in tables.headline(data) if r.task == "sentiment"]
     assert row.no_features == "majority class 23.12"
     (wsd,) = [r for r in tables.headline(data) if r.task == "wsd"]

@@ -3,7 +3,7 @@
 import shutil
 
 import pytest
-from fixtures.report.fake_artifacts import write_probe_runs
+from fixtures.report.fake_artifacts import DISPLAY, write_probe_runs
 
 from elmolab.errors import ElmolabError
 from elmolab.report.collect import collect, probe_roots
@@ -22,8 +22,12 @@ def test_a_multirun_folder_is_read_job_by_job(tmp_path):
     multirun = _split_into_jobs(tmp_path / "all", tmp_path / "multirun" / "2026-12-03_10-00-00")
     roots = probe_roots(multirun)
     assert [root.parent.name for root in roots] == [str(n) for n in range(len(roots))]
-    inputs = collect(tmp_path / "no_bilm", tmp_path / "no_random", tmp_path / "none", [multirun])
-    expected = collect(tmp_path / "no_bilm", tmp_path / "no_random", tmp_path / "all")
+    inputs = collect(
+        tmp_path / "no_bilm", tmp_path / "no_random", tmp_path / "none", [multirun], display=DISPLAY
+    )
+    expected = collect(
+        tmp_path / "no_bilm", tmp_path / "no_random", tmp_path / "all", display=DISPLAY
+    )
     key = lambda r: (r.task, r.features, r.encoder, r.seed)  # noqa: E731
     assert sorted(map(key, inputs.probes)) == sorted(map(key, expected.probes))
     assert {r.task for r in inputs.probes} == {
@@ -41,7 +45,11 @@ def test_a_run_folder_and_the_dvc_tree_add_up(tmp_path):
     write_probe_runs(tmp_path / "dvc", encoders=("trained",))
     write_probe_runs(tmp_path / "outputs" / "run" / "probes", encoders=("random",))
     inputs = collect(
-        tmp_path / "b", tmp_path / "r", tmp_path / "dvc", [tmp_path / "outputs" / "run"]
+        tmp_path / "b",
+        tmp_path / "r",
+        tmp_path / "dvc",
+        [tmp_path / "outputs" / "run"],
+        display=DISPLAY,
     )
     assert {r.encoder for r in inputs.probes} == {"trained", "random"}
 
@@ -49,6 +57,14 @@ def test_a_run_folder_and_the_dvc_tree_add_up(tmp_path):
 def test_a_run_found_twice_or_a_missing_source_is_an_error(tmp_path):
     write_probe_runs(tmp_path / "dvc")
     with pytest.raises(ElmolabError, match=r"same probe run .* is also in"):
-        collect(tmp_path / "b", tmp_path / "r", tmp_path / "dvc", [tmp_path / "dvc"])
+        collect(
+            tmp_path / "b", tmp_path / "r", tmp_path / "dvc", [tmp_path / "dvc"], display=DISPLAY
+        )
     with pytest.raises(ElmolabError, match=r"report\.sources: no such folder"):
-        collect(tmp_path / "b", tmp_path / "r", tmp_path / "dvc", [tmp_path / "nowhere"])
+        collect(
+            tmp_path / "b",
+            tmp_path / "r",
+            tmp_path / "dvc",
+            [tmp_path / "nowhere"],
+            display=DISPLAY,
+        )

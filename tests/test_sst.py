@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import expect_error
 
-from elmolab.probing.tasks import DatasetConfig, read_split
+from elmolab.probing.tasks import read_split
+from elmolab.schema import DatasetConfig
 from elmolab.text.sst import SentimentSentence, read_sst, unescape_ptb
 
 PROBING = Path(__file__).resolve().parents[1] / "data" / "probing"

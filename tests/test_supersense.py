@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import expect_error
 
-from elmolab.probing.tasks import DatasetFormat, SplitSource, TaskConfig, task_labels
+from elmolab.probing.tasks import DatasetFormat, SplitSource, task_labels
+from elmolab.schema import TaskConfig
 from elmolab.text.wsd import (
     LEXICOGRAPHER_FILES,
     SenseInstance,

@@ -15,12 +15,12 @@ import torch
 
 from elmolab.config import section
 from elmolab.errors import ElmolabError
-from elmolab.extract import ExtractConfig
 from elmolab.probing.metrics import LabelVocabulary
+from elmolab.probing.tasks import data_catalog
+from elmolab.schema import ExtractConfig, TaskModelConfig
 from elmolab.taskmodel.data import PadBatch, TaggingSplit, WordVocabulary
 from elmolab.taskmodel.stage import (
     TaskData,
-    TaskModelConfig,
     error_reduction,
     fine_tuned_encoder,
     input_splits,
@@ -126,7 +126,7 @@ def test_the_stage_writes_every_run_and_the_summary(workspace) -> None:
     root, cfg = workspace
     config = section(cfg, "taskmodel", TaskModelConfig)
     out = root / "artifacts" / "taskmodel"
-    run_taskmodel(config, section(cfg, "extract", ExtractConfig).catalog(), out)
+    run_taskmodel(config, data_catalog(section(cfg, "extract", ExtractConfig)), out)
     summary = json.loads((out / "metrics.json").read_text())
     inputs = ["baseline", "elmo_trained", "elmo_random", "elmo_token_only"]
     assert list(summary["inputs"]) == inputs and list(summary["vs_baseline"]) == inputs[1:]
@@ -165,7 +165,7 @@ def test_features_that_do_not_match_the_labels_name_the_file(workspace, tmp_path
         file["0"] = line[:, :-1]  # one token vector short
     config = section(cfg, "taskmodel", TaskModelConfig)
     config.features_dir = str(features)
-    catalog = section(cfg, "extract", ExtractConfig).catalog()
+    catalog = data_catalog(section(cfg, "extract", ExtractConfig))
     n = line.shape[1]
     expect_error(
         lambda: run_taskmodel(config, catalog, tmp_path / "out"),
@@ -190,7 +190,7 @@ def test_a_fine_tuned_bilm_starts_at_the_frozen_features_and_trains(workspace) -
         max_epochs=1,
     )
     assert config.inputs == ["baseline", "elmo_trained", "finetune_trained"]
-    data = load_task_data(config, extract.catalog())
+    data = load_task_data(config, data_catalog(extract))
     tuned = input_splits(config, data, "finetune_trained")
     frozen = input_splits(config, data, "elmo_trained")
     encoder = fine_tuned_encoder(config, data, "finetune_trained", extract.encoders)()
@@ -211,7 +211,7 @@ def test_a_fine_tuned_bilm_starts_at_the_frozen_features_and_trains(workspace) -
     assert result["mix_weights"] is not None and result["epochs"] == 1
 
     out = root / "artifacts" / "taskmodel_finetune"
-    summary = run_taskmodel(config, extract.catalog(), out, extract.encoders)
+    summary = run_taskmodel(config, data_catalog(extract), out, extract.encoders)
     assert list(summary["vs_baseline"]) == ["elmo_trained", "finetune_trained"]
     versus = summary["vs_frozen"]["finetune_trained"]
     tuned_f1, frozen_f1 = (summary["inputs"][name]["test_f1"] for name in config.inputs[2:0:-1])
@@ -225,6 +225,6 @@ def test_fine_tuning_an_encoder_that_is_not_there_names_the_key(workspace) -> No
     config = dataclasses.replace(
         section(cfg, "taskmodel", TaskModelConfig), finetune_encoders=["elsewhere"]
     )
-    data = load_task_data(config, extract.catalog())
+    data = load_task_data(config, data_catalog(extract))
     with pytest.raises(ElmolabError, match=r"taskmodel\.finetune_encoders: .elsewhere. is not one"):
         fine_tuned_encoder(config, data, "finetune_elsewhere", extract.encoders)

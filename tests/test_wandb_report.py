@@ -1,5 +1,7 @@
 """The W&B report's structure, built offline (no network; skipped without wandb-workspaces)."""
 
+from pathlib import Path
+
 import pytest
 
 wr = pytest.importorskip("wandb_workspaces.reports.v2", reason="needs the reports extra")
@@ -8,9 +10,16 @@ from fixtures.report.fake_artifacts import write_probe_runs  # noqa: E402
 
 from elmolab.errors import ElmolabError  # noqa: E402
 from elmolab.tracking import PRETRAIN_CURVES, PRETRAIN_STEP, mix_keys  # noqa: E402
-from elmolab.wandb_report import build_report, main, tasks_in_results  # noqa: E402
+from elmolab.wandb_report import (  # noqa: E402
+    build_report,
+    main,
+    study_display,
+    tasks_in_results,
+)
 
 # The fake results' tasks and metrics, in the local report's display order.
+ROOT = Path(__file__).resolve().parents[1]
+STUDY = study_display(ROOT / "params.yaml")  # the default study's order of tasks and encoders
 TASK_METRICS = {
     "upos": "accuracy",
     "xpos": "accuracy",
@@ -31,7 +40,7 @@ def results(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def report(results):
-    return build_report("elmolab", "my-team", "exp-tidy-owl", tasks_in_results(results))
+    return build_report("elmolab", "my-team", "exp-tidy-owl", tasks_in_results(results, STUDY))
 
 
 def grids(report) -> list:
@@ -73,7 +82,7 @@ def test_each_task_compares_feature_modes_for_trained_and_random(report):
 
 
 def test_tasks_and_encoders_come_from_the_results(results, tmp_path):
-    tasks = tasks_in_results(results)
+    tasks = tasks_in_results(results, STUDY)
     assert {task: runs.metric for task, runs in tasks.items()} == TASK_METRICS
     assert list(tasks) == list(TASK_METRICS)
     assert all(runs.encoders == ("trained", "random") for runs in tasks.values())
@@ -83,7 +92,7 @@ def test_tasks_and_encoders_come_from_the_results(results, tmp_path):
     (probes / "upos").rename(probes / "pos_ptb")
     for path in (probes / "pos_ptb").glob("*/*/seed*/metrics.json"):
         path.write_text(path.read_text().replace('"task": "upos"', '"task": "pos_ptb"'))
-    tasks = tasks_in_results(probes)
+    tasks = tasks_in_results(probes, STUDY)
     assert "pos_ptb" in tasks and "upos" not in tasks
     assert tasks["pos_ptb"].encoders == ("trained", "elmo_small")
     report = build_report("p", "e", "g", tasks)

@@ -1,20 +1,24 @@
-"""How a stage script gets its configuration, and how bad configuration is reported.
+"""How a stage gets its configuration, and how bad configuration is reported.
 
-A stage runs in one of two ways, with the same `conf/` behind both:
+There is one composition path, Hydra's, and a stage runs in one of two ways with ``conf/`` behind
+both:
 
 - under DVC, ``python pipelines/<stage>.py --params params.yaml [key=value ...]``: the config is
-  ``params.yaml`` (which DVC composed from ``conf/``), plus the overrides of a matrix cell. An
-  override of a config group (``task=upos``) loads ``conf/<group>/<choice>.yaml`` into that key;
-  any other override sets a value that must already exist.
+  ``params.yaml`` (which DVC composed from ``conf/``) with the overrides of a matrix cell applied
+  as ``dvc exp run -S key=value`` applies them (Hydra's override grammar, onto keys that exist):
+  ``task=upos`` names the probe stage's task (a key of ``grid.tasks``),
+  ``extract.dataset=conll2003`` the extract stage's dataset. A config group cannot be chosen on a
+  composed file: compose another (``python -m elmolab.params experiment=smoke --out other.yaml``)
+  or run the stage ad hoc.
 - ad hoc or as a sweep, ``python pipelines/<stage>.py [-m] key=value ...``: Hydra composes
   ``conf/`` itself, and the stage writes into Hydra's run folder instead of ``artifacts/``.
 - under DVC for a bilm-tf model from elsewhere (``extract.external.<name>``, e.g. a published
-  ELMo), ``python pipelines/<stage>.py --params params.yaml --external <name> [key=value ...]``:
-  the same, rewritten by :func:`external_study` into that model's own study, which reads and
-  writes ``artifacts/external/<name>/`` only and needs no pretraining.
+  ELMo), ``--external <name>`` after the params file: the same config, rewritten by
+  :func:`external_study` into that model's own study, which reads and writes
+  ``artifacts/external/<name>/`` only and needs no pretraining.
 
-Each stage validates its own section against a dataclass schema (:func:`section`), so a
-misspelled key fails before any work starts, with the file and key named.
+Each stage validates its own sections against their schemas (:mod:`elmolab.schema`, through
+:func:`section`), so a misspelled key fails before any work starts, with the file and key named.
 """
 
 from __future__ import annotations
@@ -36,8 +40,8 @@ T = TypeVar("T")
 StageFn = Callable[[DictConfig, Path], Any]
 
 
-def load_params(path: str | os.PathLike[str], overrides: list[str], conf_dir: Path) -> DictConfig:
-    """``params.yaml`` plus matrix-cell overrides (see the module docstring)."""
+def load_params(path: str | os.PathLike[str]) -> DictConfig:
+    """``params.yaml`` as it stands; an :class:`ElmolabError` names a missing or broken file."""
     path = Path(path)
     if not path.is_file():
         raise ElmolabError("no such params file (run `dvc exp run` or `make params`)", path)
@@ -53,27 +57,9 @@ def load_params(path: str | os.PathLike[str], overrides: list[str], conf_dir: Pa
         raise ElmolabError(f"not valid YAML: {err}", path) from err
     if not isinstance(cfg, DictConfig):
         raise ElmolabError("expected a mapping at the top level", path)
-    for override in overrides:
-        key, sep, value = override.partition("=")
-        if not sep or not key:
-            raise ElmolabError(f"override {override!r} is not of the form key=value", path)
-        group_file = conf_dir / key / f"{value}.yaml"
-        if (conf_dir / key).is_dir() and "." not in key:
-            if not group_file.is_file():
-                choices = sorted(p.stem for p in (conf_dir / key).glob("*.yaml"))
-                raise ElmolabError(
-                    f"unknown choice {value!r} for group {key!r}; choices: {', '.join(choices)}",
-                    conf_dir / key,
-                )
-            cfg[key] = OmegaConf.load(group_file)
-            continue
-        if OmegaConf.select(cfg, key, default=_MISSING) is _MISSING:
-            raise ElmolabError(f"override {override!r}: no key {key!r} in the config", path)
-        OmegaConf.update(cfg, key, yaml.safe_load(value) if value else value)
     return cfg
 
 
-_MISSING = object()
 EXTERNAL_DIR = "external"  # <paths.artifacts>/external/<name>/: an external encoder's study
 
 
@@ -135,29 +121,68 @@ def section(cfg: DictConfig, key: str, schema: type[T], where: str | None = None
         raise ElmolabError(f"{full_key}: {msg}", where) from err
 
 
-def run_stage(fn: StageFn, stage: str, conf_dir: Path, argv: list[str] | None = None) -> None:
-    """Entry point of ``pipelines/<stage>.py``: load the config, run ``fn(cfg, out_dir)``.
+def apply_overrides(cfg: DictConfig, overrides: list[str], where: str | os.PathLike[str]) -> None:
+    """Apply Hydra ``overrides`` (``key=value``, ``+key=value``, ``~key``) to ``cfg`` in place, as
+    ``dvc exp run -S`` applies them to ``params.yaml``: a value override needs an existing key.
+    An :class:`ElmolabError` names ``where`` and the override."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import ConfigCompositionException, OverrideParseException
 
-    Under DVC (``--params``) the output folder is ``<paths.artifacts>/<stage>``; otherwise it is
-    the Hydra run (or multirun job) folder. An :class:`ElmolabError` becomes one line on stderr and
-    exit status 2 (set ``ELMOLAB_DEBUG=1`` for the traceback), and so does a full disk or
-    exhausted memory (:func:`_run_guarded`): the line names the stage, the file and the free
-    space, or how much memory was asked for.
+    for line in overrides:
+        try:
+            parsed = OverridesParser.create().parse_overrides([line])
+            override = parsed[0]
+            if not (override.is_add() or override.is_force_add() or override.is_delete()):
+                key = override.key_or_group
+                node = OmegaConf.select(cfg, key, default=_MISSING)
+                if node is _MISSING:
+                    raise ElmolabError(f"override {line!r}: no key {key!r} in the config", where)
+                if isinstance(node, DictConfig) and not isinstance(override.value(), dict):
+                    raise ElmolabError(
+                        f"override {line!r}: {key!r} is a section, composed into this file; to"
+                        f" choose a config group, compose another file (python -m elmolab.params"
+                        f" {line} --out FILE) or run the stage ad hoc",
+                        where,
+                    )
+            OmegaConf.set_struct(cfg, True)
+            ConfigLoaderImpl._apply_overrides_to_config(parsed, cfg)
+        except (ConfigCompositionException, OverrideParseException) as err:
+            cause = err.__cause__
+            reason = str(cause if isinstance(cause, OmegaConfBaseException) else err)
+            raise ElmolabError(f"override {line!r}: {reason.splitlines()[0]}", where) from err
+        finally:
+            OmegaConf.set_struct(cfg, False)
+
+
+_MISSING = object()
+
+
+def run_stage(fn: StageFn, stage: str, conf_dir: Path, argv: list[str] | None = None) -> None:
+    """Entry point of a stage (``elmolab.stages.<stage>.main``): load the config, run
+    ``fn(cfg, out_dir)``.
+
+    Under DVC (``--params FILE [--external NAME] [key=value ...]``) the output folder is
+    ``<paths.artifacts>/<stage>``; otherwise it is the Hydra run (or multirun job) folder. An
+    :class:`ElmolabError` becomes one line on stderr and exit status 2 (set ``ELMOLAB_DEBUG=1``
+    for the traceback), and so does a full disk or exhausted memory (:func:`_run_guarded`): the
+    line names the stage, the file and the free space, or how much memory was asked for.
     """
     argv = sys.argv[1:] if argv is None else argv
     _configure_logging()
     if argv[:1] == ["--params"]:
-        if len(argv) < 2:
-            _fail(ElmolabError("--params needs a file (params.yaml)"))
         global _config_source
-        _config_source = argv[1]
-        overrides, external = argv[2:], None
-        if overrides[:1] == ["--external"]:
-            if len(overrides) < 2:
-                _fail(ElmolabError("--external needs the name of one of extract.external"))
-            overrides, external = overrides[2:], overrides[1]
         try:
-            cfg = load_params(argv[1], overrides, conf_dir)
+            if len(argv) < 2 or argv[1].startswith("--"):
+                raise ElmolabError("--params needs a file (params.yaml)")
+            _config_source = argv[1]
+            overrides, external = argv[2:], None
+            if overrides[:1] == ["--external"]:
+                if len(overrides) < 2 or "=" in overrides[1]:
+                    raise ElmolabError("--external needs the name of one of extract.external")
+                overrides, external = overrides[2:], overrides[1]
+            cfg = load_params(argv[1])
+            apply_overrides(cfg, overrides, argv[1])
             if external is not None:
                 cfg = external_study(cfg, external)
             out_dir = Path(cfg.paths.artifacts) / stage

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from elmolab.errors import ElmolabError
-from elmolab.report.collect import ENCODER_ORDER, TASK_ORDER, ordered, read_probe_runs
+from elmolab.report.collect import BY_NAME, Display, read_probe_runs
 from elmolab.tracking import (
     PRETRAIN_CURVES,
     PRETRAIN_STEP,
@@ -48,9 +48,9 @@ class TaskRuns:
     encoders: tuple[str, ...]
 
 
-def tasks_in_results(probes_dir: Path) -> dict[str, TaskRuns]:
+def tasks_in_results(probes_dir: Path, display: Display = BY_NAME) -> dict[str, TaskRuns]:
     """Every task with a scored run under ``probes_dir`` (the probe stage's output layout), its
-    metric and its encoders, in the local report's display order."""
+    metric and its encoders, in ``display`` order (the local report's: :func:`study_display`)."""
     if not probes_dir.is_dir():
         raise ElmolabError("no probe results: run the probe stage first (dvc repro)", probes_dir)
     metrics: dict[str, str] = {}
@@ -62,9 +62,22 @@ def tasks_in_results(probes_dir: Path) -> dict[str, TaskRuns]:
     if not metrics:
         raise ElmolabError("no probe results in this folder: run the probe stage first", probes_dir)
     return {
-        task: TaskRuns(metrics[task], tuple(ordered(encoders[task], ENCODER_ORDER)))
-        for task in ordered(set(metrics), TASK_ORDER)
+        task: TaskRuns(metrics[task], tuple(display.ordered_encoders(encoders[task])))
+        for task in display.ordered_tasks(metrics)
     }
+
+
+def study_display(params: Path) -> Display:
+    """The local report's display of the study whose composed config is ``params``; by name
+    when there is no such file."""
+    if not params.is_file():
+        return BY_NAME
+    from elmolab.config import load_params, section
+    from elmolab.schema import EncoderRolesConfig
+
+    cfg = load_params(params)
+    roles = section(cfg, "report.encoders", EncoderRolesConfig, where=str(params))
+    return Display.of(roles, cfg.grid.tasks, cfg.probe.encoders)
 
 
 def _reports() -> Any:
@@ -168,9 +181,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=DEFAULT_RESULTS,
         help="the probe stage's results, where the tasks and encoders are found",
     )
+    parser.add_argument(
+        "--params",
+        type=Path,
+        default=Path("params.yaml"),
+        help="the study's composed config: the order of tasks and encoders",
+    )
     args = parser.parse_args(argv)
     try:
-        tasks = tasks_in_results(args.results)
+        tasks = tasks_in_results(args.results, study_display(args.params))
         report = build_report(args.project, args.entity, args.group, tasks)
         panels = sum(len(getattr(b, "panels", [])) for b in report.blocks)
         print(f"built report {report.title!r}: {len(report.blocks)} blocks, {panels} panels")

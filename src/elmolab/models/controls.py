@@ -11,7 +11,8 @@ token layer (char CNN, highway, projection) and replaces every LSTM weight by a 
 - the biases ``B`` are uniform in ``[-1/sqrt(cell), 1/sqrt(cell)]`` (PyTorch's LSTM default).
 
 Its layer 0 is therefore identical to the trained biLM's, and layers 1 and 2 are what random
-LSTMs make of the trained token vectors. The stage that writes it is :mod:`elmolab.controls`.
+LSTMs make of the trained token vectors. The stage that writes it is
+:mod:`elmolab.stages.token_control`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from elmolab.probing.metrics import (
     untyped_span_f1,
 )
 from elmolab.probing.probes import Head
-from elmolab.probing.settings import ProbeSettings
 from elmolab.probing.wsd import (
     SenseCentroids,
     SensePrediction,
@@ -23,6 +22,7 @@ from elmolab.probing.wsd import (
     score_senses,
     wsd_vectors,
 )
+from elmolab.schema import ProbeSettings
 
 __all__ = [
     "ControlTask",

@@ -73,8 +73,9 @@ from elmolab.probing.probes import (
     token_losses,
     uniform,
 )
-from elmolab.probing.settings import TOKEN_KINDS, ProbeSettings, Schedule, probe_dtype
+from elmolab.probing.settings import TOKEN_KINDS, Schedule, probe_dtype
 from elmolab.probing.trees import GoldTrees, SentenceBatch, plan_batches, tree_distances
+from elmolab.schema import ProbeSettings
 
 EVAL_ROLES = ("dev", "test")
 PAIR_TABLE_TOKENS = 8192  # tokens per piece when a split's pair table is made

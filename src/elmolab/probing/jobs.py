@@ -20,8 +20,8 @@ from elmolab.io.features import summary_path
 from elmolab.io.results import CONDITIONAL_MODES
 from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing.probes import Head
-from elmolab.probing.settings import ProbeSettings
 from elmolab.probing.tasks import TaskKind
+from elmolab.schema import ProbeSettings
 
 
 @dataclass(frozen=True)

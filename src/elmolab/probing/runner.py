@@ -82,13 +82,13 @@ from elmolab.probing.jobs import (
     training_subset,
 )
 from elmolab.probing.metrics import LabelVocabulary
-from elmolab.probing.settings import ProbeSettings, probe_dtype, probe_precision
+from elmolab.probing.settings import probe_dtype, probe_precision
 from elmolab.probing.tasks import (
     DataCatalog,
     SplitSource,
-    TaskConfig,
     TaskKind,
     TaskLabels,
+    check_task,
     read_split_features,
     task_labels,
     tree_splits,
@@ -112,6 +112,7 @@ from elmolab.probing.wsd import (
     score_senses,
     wsd_vectors,
 )
+from elmolab.schema import FeaturesConfig, ProbeSettings, TaskConfig
 from elmolab.text.wsd import read_wordnet_sense_index
 from elmolab.tracking import TrackedRun, metric_key
 
@@ -122,13 +123,6 @@ ROLES = ("train", "dev", "test")
 
 # Starts the tracking run of one probe run: its identifying fields -> a TrackedRun context.
 RunStarter = Callable[[dict[str, Any]], AbstractContextManager[TrackedRun]]
-
-
-@dataclass
-class FeaturesConfig:
-    """Schema of the ``features`` section (``conf/features/<mode>.yaml``)."""
-
-    mode: str  # a FeatureMode: layer0, layer1, layer2, mean, scalar_mix, concat
 
 
 def feature_modes(conf_dir: Path, names: Sequence[str]) -> list[str]:
@@ -142,15 +136,6 @@ def feature_modes(conf_dir: Path, names: Sequence[str]) -> list[str]:
             raise ElmolabError(f"grid.features: no {path} (choices: {', '.join(choices)})")
         modes.append(section(OmegaConf.load(path), "", FeaturesConfig, where=str(path)).mode)
     return modes
-
-
-@dataclass
-class GridConfig:
-    """Schema of the ``grid`` section: the axes of the probe stage."""
-
-    tasks: dict[str, TaskConfig]  # conf/task/<name>.yaml under its name: one DVC cell each
-    features: list[str]  # conf/features/<name>.yaml: every one inside each cell
-    seeds: list[int]  # every seed runs inside each cell under DVC
 
 
 @contextlib.contextmanager
@@ -176,7 +161,7 @@ def run_cell(
     """
     if settings.unseen is not None:
         task = dataclasses.replace(task, unseen=settings.unseen)
-    task.check()
+    check_task(task)
     settings.check()
     modes = [FeatureMode.parse(mode).value for mode in modes]
     if not modes:

@@ -51,6 +51,7 @@ import numpy as np
 from elmolab.errors import ElmolabError
 from elmolab.io.features import check_units, feature_path, read_features, read_units, units_path
 from elmolab.probing.metrics import ControlTask, LabelVocabulary, TaskMetric
+from elmolab.schema import AUTO_SCHEME, ColumnsConfig, DatasetConfig, ExtractConfig, TaskConfig
 from elmolab.text.conll import (
     Separator,
     TaggedSentence,
@@ -77,7 +78,6 @@ RAGANATO_DATA_SUFFIX = ".data.xml"
 RAGANATO_GOLD_SUFFIX = ".gold.key.txt"
 MULTIWORD_SEPARATOR = re.compile(r"[ _]+")
 SUPERSENSE_FIELD = "supersense"  # the label field of token tasks on WSD datasets
-AUTO_SCHEME = "auto"  # columns.scheme: the scheme detect_scheme finds in the train split
 E = TypeVar("E", bound=StrEnum)
 
 
@@ -126,117 +126,46 @@ TREE_METRICS = {TaskKind.ARC: "uas", TaskKind.STRUCTURAL: "uuas"}
 TREE_FIELD, PUNCT_FIELD, PUNCT_TAG = "heads", "upos", "PUNCT"
 
 
-@dataclass
-class CarveDevConfig:
-    """A dev split carved from train (``elmolab.text.conll.carve_dev``)."""
-
-    fraction: float  # share of the training sentences moved to dev
-    seed: int  # fixed here, not the global seed: sweeping seeds must not move sentences
-
-
-@dataclass
-class ColumnsConfig:
-    """How a ``columns`` dataset's files are read (``elmolab.text.conll.read_columns``)."""
-
-    token_column: int = 0  # 0-based field index of the token (negative: from the end)
-    label_column: int = -1  # field index of the span tag; -1: the last field
-    separator: str = "whitespace"  # a Separator: whitespace (runs of spaces/tabs) or tab
-    scheme: str = AUTO_SCHEME  # a TagScheme (IO, IOB1, IOB2, BIOES), or auto: found in train
-
-
-@dataclass
-class DatasetConfig:
-    """Schema of ``extract.datasets.<name>``."""
-
-    format: str  # a DatasetFormat
-    splits: dict[str, str]  # split name -> source file, under root
-    root: str  # the folder holding every file of the dataset (what DVC's extract stage tracks)
-    carve_dev: CarveDevConfig | None = None  # carve "dev" out of "train" (then "train" shrinks)
-    columns: ColumnsConfig | None = None  # format columns only; None: the defaults
-
-
-@dataclass
-class TaskConfig:
-    """Schema of the ``task`` section (``conf/task/<name>.yaml``)."""
-
-    name: str  # the results folder: artifacts/probes/<name>/...
-    kind: str  # a TaskKind
-    train: str  # "<dataset>/<split>", the dataset a key of extract.datasets
-    dev: str  # model selection (and nothing else)
-    test: str  # scored once, with the state chosen on dev
-    field: str | None  # token and pair tasks: the label field of the sentence records
-    metric: str  # a TaskMetric, or "f1" for wsd
-    unseen: str  # a dev/test label absent from train: "raise" or "keep" (never right)
-    control_seed: int | None  # set: the control task of this task, mapping fixed by the seed
-    wordnet: str | None  # wsd: WordNet's index.sense (candidate senses, first sense)
-    family: str  # a TaskFamily: syntactic, semantic or control (the report groups tasks by it)
-    # Token tasks: the online code length of the labels (MDL, Voita and Titov 2020) per feature
-    # mode, encoder and seed (probe.online_code_fractions).
-    mdl: bool = False
-    # Token tasks: conditional probing (Hewitt et al. 2021), probes on [layer0; layer k] for
-    # k = 1, 2 and the scalar mix beside the layer-0 probe; the information beyond layer 0.
-    conditional: bool = False
-    # Sentence tasks: each label of the data -> the label the probe learns, null: the sentence is
-    # left out (every label of the data must be a key); None: the data's labels as they are.
-    label_map: dict[str, str | None] | None = None
-
-    def check(self) -> None:
-        """Reject inconsistent settings, naming the key."""
-        kind = _parse(TaskKind, self.kind, "task.kind")
-        _parse(TaskFamily, self.family, f"task.family (conf/task/{self.name}.yaml)")
-        for key in ("mdl", "conditional"):
-            if getattr(self, key) and kind is not TaskKind.TOKEN:
-                raise ElmolabError(f"task.{key}: measured for token tasks, not {kind.value}")
-        if kind is TaskKind.WSD:
-            if self.metric != "f1":
-                raise ElmolabError(f"task.metric: wsd is scored by f1, not {self.metric!r}")
-            if self.wordnet is None:
-                raise ElmolabError("task.wordnet: wsd needs WordNet's index.sense")
-            if self.control_seed is not None:
-                raise ElmolabError("task.control_seed: wsd has no control task")
-        elif kind.is_tree:
-            if self.metric != TREE_METRICS[kind]:
-                raise ElmolabError(
-                    f"task.metric: {kind.value} is scored by {TREE_METRICS[kind]},"
-                    f" not {self.metric!r}"
-                )
-            if self.field != TREE_FIELD:
-                raise ElmolabError(f"task.field: {kind.value} reads {TREE_FIELD!r}")
-            if self.control_seed is not None:
-                raise ElmolabError("task.control_seed: control tasks are token tasks")
-        else:
-            _parse(TaskMetric, self.metric, "task.metric")
-            if self.field is None:
-                raise ElmolabError(f"task.field: a {kind.value} task needs the label field")
-            if kind is TaskKind.PAIR and self.control_seed is not None:
-                raise ElmolabError("task.control_seed: control tasks are token tasks")
-        if kind is TaskKind.SENTENCE:
-            if self.metric != TaskMetric.ACCURACY:
-                raise ElmolabError(
-                    f"task.metric: sentence tasks score accuracy, not {self.metric!r}"
-                )
-            if self.control_seed is not None:
-                raise ElmolabError("task.control_seed: control tasks are token tasks")
-            if self.label_map is not None and not any(self.label_map.values()):
-                raise ElmolabError("task.label_map: every label is dropped (mapped to null)")
-        elif self.label_map is not None:
-            raise ElmolabError(f"task.label_map: for sentence tasks, not {kind.value}")
-        if self.unseen not in ("raise", "keep"):
-            raise ElmolabError(f"task.unseen must be 'raise' or 'keep', got {self.unseen!r}")
-
-    def datasets(self) -> list[str]:
-        """The datasets the task's splits come from, each once, in role order."""
-        return list(dict.fromkeys(dataset for dataset, _ in self.split_refs().values()))
-
-    def split_refs(self) -> dict[str, tuple[str, str]]:
-        """Role (train, dev, test) -> (dataset, split)."""
-        refs = {}
-        for role, ref in (("train", self.train), ("dev", self.dev), ("test", self.test)):
-            dataset, slash, split = ref.partition("/")
-            if not slash or not dataset or not split or "/" in split:
-                raise ElmolabError(f"task.{role}: expected '<dataset>/<split>', got {ref!r}")
-            refs[role] = (dataset, split)
-        return refs
+def check_task(task: TaskConfig) -> None:
+    """Reject a task's inconsistent settings, naming the key."""
+    kind = _parse(TaskKind, task.kind, "task.kind")
+    _parse(TaskFamily, task.family, f"task.family (conf/tasks/{task.name}.yaml)")
+    for key in ("mdl", "conditional"):
+        if getattr(task, key) and kind is not TaskKind.TOKEN:
+            raise ElmolabError(f"task.{key}: measured for token tasks, not {kind.value}")
+    if kind is TaskKind.WSD:
+        if task.metric != "f1":
+            raise ElmolabError(f"task.metric: wsd is scored by f1, not {task.metric!r}")
+        if task.wordnet is None:
+            raise ElmolabError("task.wordnet: wsd needs WordNet's index.sense")
+        if task.control_seed is not None:
+            raise ElmolabError("task.control_seed: wsd has no control task")
+    elif kind.is_tree:
+        if task.metric != TREE_METRICS[kind]:
+            raise ElmolabError(
+                f"task.metric: {kind.value} is scored by {TREE_METRICS[kind]}, not {task.metric!r}"
+            )
+        if task.field != TREE_FIELD:
+            raise ElmolabError(f"task.field: {kind.value} reads {TREE_FIELD!r}")
+        if task.control_seed is not None:
+            raise ElmolabError("task.control_seed: control tasks are token tasks")
+    else:
+        _parse(TaskMetric, task.metric, "task.metric")
+        if task.field is None:
+            raise ElmolabError(f"task.field: a {kind.value} task needs the label field")
+        if kind is TaskKind.PAIR and task.control_seed is not None:
+            raise ElmolabError("task.control_seed: control tasks are token tasks")
+    if kind is TaskKind.SENTENCE:
+        if task.metric != TaskMetric.ACCURACY:
+            raise ElmolabError(f"task.metric: sentence tasks score accuracy, not {task.metric!r}")
+        if task.control_seed is not None:
+            raise ElmolabError("task.control_seed: control tasks are token tasks")
+        if task.label_map is not None and not any(task.label_map.values()):
+            raise ElmolabError("task.label_map: every label is dropped (mapped to null)")
+    elif task.label_map is not None:
+        raise ElmolabError(f"task.label_map: for sentence tasks, not {kind.value}")
+    if task.unseen not in ("raise", "keep"):
+        raise ElmolabError(f"task.unseen must be 'raise' or 'keep', got {task.unseen!r}")
 
 
 def _parse(enum: type[E], value: str, key: str, also: Sequence[str] = ()) -> E:
@@ -306,6 +235,11 @@ class DataCatalog:
             for name, config in self.datasets.items()
             for split in dataset_splits(config)
         ]
+
+
+def data_catalog(extract: ExtractConfig) -> DataCatalog:
+    """The datasets of ``extract`` as the probe stage must read them to match its features."""
+    return DataCatalog(extract.datasets, extract.max_sentences)
 
 
 def dataset_splits(config: DatasetConfig) -> list[str]:

@@ -24,9 +24,9 @@ from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing.engine import ProbeResult
 from elmolab.probing.jobs import Job, online_code_blocks
 from elmolab.probing.metrics import TaskMetric
-from elmolab.probing.settings import ProbeSettings
-from elmolab.probing.tasks import TREE_METRICS, TaskConfig, TaskLabels
+from elmolab.probing.tasks import TREE_METRICS, TaskLabels
 from elmolab.probing.wsd import SensePrediction
+from elmolab.schema import ProbeSettings, TaskConfig
 from elmolab.tracking import TrackedRun, metric_key
 
 log = logging.getLogger("elmolab.probe")

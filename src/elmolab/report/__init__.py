@@ -3,9 +3,12 @@
 ``collect`` reads and validates the inputs, ``stats`` aggregates over seeds and tests the scalar
 mix against the best single layer, ``information`` the information measures (online code,
 information beyond layer 0), ``polysemy`` finds nearest neighbours of polysemous words,
-``figures``, ``tables`` and ``writers`` produce the files, and ``build`` ties them together.
+``data`` holds all of it (the data model every renderer reads), ``figures``, ``tables``,
+``sections`` and ``writers`` produce the files, and ``build`` ties them together.
 """
 
-from elmolab.report.build import ReportConfig, ReportData, gather, write_report
+from elmolab.report.build import gather, write_report
+from elmolab.report.data import ReportData
+from elmolab.schema import ReportConfig
 
 __all__ = ["ReportConfig", "ReportData", "gather", "write_report"]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -26,28 +25,20 @@ from elmolab.report import figures, tables, writers
 from elmolab.report.collect import (
     CONTROL_SUFFIX,
     LAYER_PANEL,
-    MAIN_ENCODER,
-    RANDOM_ENCODER,
     SCALAR_MIX,
-    TOKEN_LAYER_ENCODER,
-    Inputs,
+    Display,
     collect,
     read_taskmodel,
 )
+from elmolab.report.data import CodeVersion, ReportData
 from elmolab.report.information import (
-    CodeCell,
-    Gain,
     conditional_gains,
     online_code_cells,
 )
-from elmolab.report.polysemy import PolysemyConfig, WordNeighbours, nearest_neighbours
+from elmolab.report.polysemy import WordNeighbours, nearest_neighbours
 from elmolab.report.sections import Sections
 from elmolab.report.stats import (
     Cell,
-    Comparison,
-    EncoderComparison,
-    LayerGap,
-    Selectivity,
     compare_encoders,
     compare_mix_to_best_layer,
     group_cells,
@@ -55,95 +46,12 @@ from elmolab.report.stats import (
     learning_curve_cells,
     selectivities,
 )
+from elmolab.schema import ReportConfig
 
 log = logging.getLogger(__name__)
 
 OPTIONS_FILE = "options.json"  # in the trained biLM's folder, bilm-tf format
 WEIGHTS_FILE = "weights.hdf5"
-
-
-@dataclass
-class InputsConfig:
-    bilm: str
-    bilm_random: str
-    probes: str
-    vocab: str
-    semcor: str
-    taskmodel: str  # the task model stage's folder (its metrics.json)
-    # More probe results: Hydra multirun or run folders, or probes folders (collect.probe_roots).
-    sources: list[str] = field(default_factory=list)
-
-
-@dataclass
-class SignificanceConfig:
-    alpha: float
-    bootstrap_samples: int
-
-
-@dataclass
-class ReportConfig:
-    """Schema of the ``report`` config section (values and reasons in conf/report/)."""
-
-    inputs: InputsConfig
-    significance: SignificanceConfig
-    embed_figures: bool
-    figure_dpi: int
-    polysemy: PolysemyConfig
-
-
-@dataclass(frozen=True)
-class CodeVersion:
-    commit: str  # "unknown" outside git
-    dirty: bool | None  # uncommitted changes (tracked or untracked files); None when unknown
-
-    def __str__(self) -> str:
-        if self.dirty is None:
-            return self.commit
-        return self.commit + (" (uncommitted changes)" if self.dirty else "")
-
-
-@dataclass
-class ReportData:
-    """Everything the writers show."""
-
-    title: str
-    inputs: Inputs
-    cells: dict[tuple[str, str, str], Cell]
-    comparisons: list[Comparison]
-    selectivity: list[Selectivity]
-    # The trained biLM against its token layer under random LSTMs, per task and feature mode.
-    token_comparisons: list[EncoderComparison]
-    # The trained biLM against the random-initialisation control, per task and feature mode.
-    random_comparisons: list[EncoderComparison]
-    # (task, features, encoder, training fraction) -> runs, for the probe learning curves.
-    curve_cells: dict[tuple[str, str, str, float], Cell]
-    curve_comparisons: list[EncoderComparison]  # as token_comparisons, per training fraction
-    polysemy: list[WordNeighbours]
-    polysemy_layers: list[int]
-    params_yaml: str
-    version: CodeVersion
-    significance: SignificanceConfig
-    # The information measures (report.information): online codes by (task, features, encoder),
-    # the conditional probes by (task, "layer0+<mode>", encoder), their information beyond layer 0.
-    online_codes: dict[tuple[str, str, str], CodeCell] = field(default_factory=dict)
-    conditional_cells: dict[tuple[str, str, str], Cell] = field(default_factory=dict)
-    gains: list[Gain] = field(default_factory=list)
-    # The layer panel: each task's family (grid.tasks.<task>.family), and layer 2 minus layer 1
-    # per task and encoder.
-    families: dict[str, str] = field(default_factory=dict)
-    layer_gaps: list[LayerGap] = field(default_factory=list)
-    # The task model stage's summary (elmolab.taskmodel.stage.summarize), None if it has not run.
-    taskmodel: dict | None = None
-
-    @property
-    def tasks(self) -> list[str]:
-        """Probing tasks in display order, control tasks excluded."""
-        names = dict.fromkeys(task for task, _, _ in self.cells)
-        return [task for task in names if not task.endswith(CONTROL_SUFFIX)]
-
-    @property
-    def encoders(self) -> list[str]:
-        return list(dict.fromkeys(encoder for _, _, encoder in self.cells))
 
 
 def code_version(cwd: Path) -> CodeVersion:
@@ -174,23 +82,26 @@ def gather(
     seed: int,
     cwd: Path,
     families: Mapping[str, str | None],
+    display: Display,
 ) -> ReportData:
     """Read the inputs and compute the statistics and the polysemy table.
 
     ``families`` gives each task's family (``grid.tasks.<task>.family``: syntactic, semantic);
     a task with results but no family is an error (the layer panel groups tasks by it).
+    ``display`` orders and names what is shown, and says which encoder is compared with which.
     """
     inputs = collect(
         Path(config.inputs.bilm),
         Path(config.inputs.bilm_random),
         Path(config.inputs.probes),
         [Path(source) for source in config.inputs.sources],
+        display,
     )
     samples = config.significance.bootstrap_samples
-    cells = group_cells(inputs.probes)
-    curve_cells = learning_curve_cells(inputs.curves, cells)
+    cells = group_cells(inputs.probes, display)
+    curve_cells = learning_curve_cells(inputs.curves, cells, display)
     comparisons = compare_mix_to_best_layer(cells, samples, seed)
-    conditional_cells = group_cells(inputs.conditional)
+    conditional_cells = group_cells(inputs.conditional, display)
     polysemy = _polysemy(config, inputs.missing) if config.polysemy.enabled else []
     lower, upper = LAYER_PANEL
     return ReportData(
@@ -200,26 +111,27 @@ def gather(
         comparisons=comparisons,
         selectivity=selectivities(cells),
         token_comparisons=compare_encoders(
-            cells.values(), MAIN_ENCODER, TOKEN_LAYER_ENCODER, samples, seed
+            cells.values(), display.main, display.token_layer, samples, seed
         ),
         random_comparisons=compare_encoders(
-            cells.values(), MAIN_ENCODER, RANDOM_ENCODER, samples, seed
+            cells.values(), display.main, display.random, samples, seed
         ),
         curve_cells=curve_cells,
         curve_comparisons=compare_encoders(
-            curve_cells.values(), MAIN_ENCODER, TOKEN_LAYER_ENCODER, samples, seed
+            curve_cells.values(), display.main, display.token_layer, samples, seed
         ),
         polysemy=polysemy,
         polysemy_layers=config.polysemy.contextual_layers,
         params_yaml=params_yaml,
         version=code_version(cwd),
         significance=config.significance,
-        online_codes=online_code_cells(inputs.online_codes),
+        online_codes=online_code_cells(inputs.online_codes, display),
         conditional_cells=conditional_cells,
-        gains=conditional_gains(cells, conditional_cells, samples, seed),
+        gains=conditional_gains(cells, conditional_cells, samples, seed, display),
         families=task_families(cells, families),
         layer_gaps=layer_gaps(cells, lower, upper, samples, seed),
         taskmodel=read_taskmodel(Path(config.inputs.taskmodel), inputs.missing),
+        display=display,
     )
 
 
@@ -233,7 +145,7 @@ def task_families(
         if not families.get(task):
             raise ElmolabError(
                 f"grid.tasks.{task}.family: task {task!r} has probe results but no family "
-                f"(syntactic or semantic, set in conf/task/{task}.yaml): the report's layer "
+                f"(syntactic or semantic, set in conf/tasks/{task}.yaml): the report's layer "
                 "panel groups tasks by family"
             )
     return {task: str(families[task]) for task in tasks}
@@ -297,8 +209,12 @@ def _figures(data: ReportData) -> list[tuple[str, Figure]]:
     if data.layer_gaps:
         drawn.append(("layer_panel", _layer_panel(data)))
     if tasks:
-        drawn.append(("probes_by_task", figures.probe_bars(data.cells, tasks, encoders)))
-        drawn.append(("task_feature_heatmap", figures.heatmap(data.cells, tasks, encoders)))
+        drawn.append(
+            ("probes_by_task", figures.probe_bars(data.cells, tasks, encoders, data.display))
+        )
+        drawn.append(
+            ("task_feature_heatmap", figures.heatmap(data.cells, tasks, encoders, data.display))
+        )
     mixed = list(
         dict.fromkeys(
             task
@@ -307,15 +223,21 @@ def _figures(data: ReportData) -> list[tuple[str, Figure]]:
         )
     )
     if mixed:
-        drawn.append(("mix_weights", figures.mix_weights(data.cells, mixed, encoders)))
+        drawn.append(
+            ("mix_weights", figures.mix_weights(data.cells, mixed, encoders, data.display))
+        )
     if data.selectivity:
-        drawn.append(("selectivity", figures.selectivity_bars(data.selectivity, encoders)))
+        drawn.append(
+            ("selectivity", figures.selectivity_bars(data.selectivity, encoders, data.display))
+        )
     if data.curve_cells:
-        drawn.append(("probe_learning_curves", figures.probe_learning_curves(data.curve_cells)))
+        drawn.append(
+            ("probe_learning_curves", figures.probe_learning_curves(data.curve_cells, data.display))
+        )
     if data.online_codes:
-        drawn.append(("online_code", figures.online_code_bars(data.online_codes)))
+        drawn.append(("online_code", figures.online_code_bars(data.online_codes, data.display)))
     if data.gains:
-        drawn.append(("conditional_probing", figures.conditional_bars(data.gains)))
+        drawn.append(("conditional_probing", figures.conditional_bars(data.gains, data.display)))
     return drawn
 
 
@@ -336,4 +258,5 @@ def _layer_panel(data: ReportData) -> Figure:
         paper,
         tables.main_encoder(data),
         data.significance.alpha,
+        data.display,
     )

@@ -39,40 +39,80 @@ from elmolab.io.results import (
     online_code_paths,
     probe_run_paths,
 )
+from elmolab.models.scalar_mix import FeatureMode
+from elmolab.schema import EncoderRolesConfig
 
 PPL_KEYS = ("ppl", "ppl_fwd", "ppl_bwd")
+K = TypeVar("K", bound=tuple)  # (task, features, encoder, ...)
 
-# Display order; tasks, feature modes and encoders not listed here follow, sorted by name.
-TASK_ORDER = (
-    "upos",
-    "xpos",
-    "chunk",
-    "ner",
-    "deplabel",
-    "deparc",
-    "structural",
-    "wsd",
-    "supersense",
-    "upos_control",
-)
-FEATURE_ORDER = ("layer0", "layer1", "layer2", "mean", "scalar_mix", "concat")
-ENCODER_ORDER = ("trained", "random", "token_only")
-MAIN_ENCODER = "trained"  # the pretrained biLM; every other encoder is a baseline to it
-# The trained biLM's token layer (char CNN, highway, projection) under random orthogonal LSTMs:
-# the baseline that isolates what pretraining the LSTMs added.
-TOKEN_LAYER_ENCODER = "token_only"
-# The same network never trained: the baseline that isolates what pretraining added at all.
-RANDOM_ENCODER = "random"
-ENCODER_LABELS = {
-    "trained": "trained biLM",
-    "random": "random init",
-    "token_only": "trained token layer + random LSTMs",
+# What each encoder role is, in full and where space is tight (report.encoders names the encoder
+# that plays each role; an encoder without a role is shown by its name).
+ROLE_LABELS = {
+    "main": ("trained biLM", "trained"),
+    "random": ("random init", "random"),
+    "token_layer": ("trained token layer + random LSTMs", "token layer"),
 }
-ENCODER_SHORT_LABELS = {  # where space is tight
-    "trained": "trained",
-    "random": "random",
-    "token_only": "token layer",
-}
+# The probing feature modes in the order the code defines them.
+FEATURE_ORDER = tuple(mode.value for mode in FeatureMode)
+
+
+@dataclass(frozen=True)
+class Display:
+    """How the report orders and names tasks, feature modes and encoders, from ``conf/``: the
+    tasks in ``grid.tasks``'s order, the encoders in ``probe.encoders``'s, the feature modes in
+    the code's; names not listed follow, sorted. ``main`` is the pretrained biLM, every other
+    encoder a baseline to it: ``random`` its random initialisation (what pretraining added at
+    all), ``token_layer`` its token layer under random LSTMs (what pretraining the LSTMs added).
+    The default orders everything by name and gives no encoder a role."""
+
+    tasks: tuple[str, ...] = ()
+    encoders: tuple[str, ...] = ()
+    main: str | None = None
+    random: str | None = None
+    token_layer: str | None = None
+    features: tuple[str, ...] = FEATURE_ORDER
+
+    @classmethod
+    def of(
+        cls, roles: EncoderRolesConfig, tasks: Iterable[str], encoders: Iterable[str]
+    ) -> Display:
+        """The display of a study: ``report.encoders``, ``grid.tasks``, ``probe.encoders``."""
+        return cls(tuple(tasks), tuple(encoders), roles.main, roles.random, roles.token_layer)
+
+    def role(self, encoder: str) -> str | None:
+        """The role ``encoder`` plays (main, random, token_layer), or None."""
+        roles = {"main": self.main, "random": self.random, "token_layer": self.token_layer}
+        return next((role for role, name in roles.items() if name == encoder), None)
+
+    def label(self, encoder: str, short: bool = False) -> str:
+        """How the report names ``encoder``: its role's label, else its name."""
+        role = self.role(encoder)
+        return encoder if role is None else ROLE_LABELS[role][1 if short else 0]
+
+    def main_of(self, encoders: Sequence[str]) -> str:
+        """The main encoder if among ``encoders`` (display order), else the first."""
+        return self.main if self.main in encoders else encoders[0]
+
+    def ordered_tasks(self, names: Iterable[str]) -> list[str]:
+        return ordered(set(names), self.tasks)
+
+    def ordered_features(self, names: Iterable[str]) -> list[str]:
+        return ordered(set(names), self.features)
+
+    def ordered_encoders(self, names: Iterable[str]) -> list[str]:
+        return ordered(set(names), self.encoders)
+
+    def sort(self, keys: Iterable[K]) -> list[K]:
+        """Keys (task, features, encoder, then anything sortable) in display order."""
+        keys = list(keys)
+        orders = (self.tasks, self.features, self.encoders)
+        ranks = [
+            {name: rank for rank, name in enumerate(ordered({key[i] for key in keys}, order))}
+            for i, order in enumerate(orders)
+        ]
+        return sorted(keys, key=lambda key: (*(r[key[i]] for i, r in enumerate(ranks)), *key[3:]))
+
+
 STRUCTURAL_TASK = "structural"  # the Hewitt and Manning (2019) structural probe
 SINGLE_LAYERS = ("layer0", "layer1", "layer2")
 SCALAR_MIX = "scalar_mix"
@@ -93,30 +133,13 @@ def conditioned_mode(features: str) -> str | None:
     return None if mode == features else mode
 
 
-def encoder_label(encoder: str, short: bool = False) -> str:
-    labels = ENCODER_SHORT_LABELS if short else ENCODER_LABELS
-    return labels.get(encoder, encoder)
+BY_NAME = Display()  # everything by name, no encoder in a role
 
 
 def ordered(names: set[str] | list[str], order: tuple[str, ...]) -> list[str]:
     """``names`` in ``order``, then the ones ``order`` lacks, sorted."""
     known = [name for name in order if name in names]
     return known + sorted(set(names) - set(order))
-
-
-K = TypeVar("K", bound=tuple)  # (task, features, encoder, ...)
-
-
-def display_order(keys: Iterable[K]) -> list[K]:
-    """Keys (task, features, encoder, then anything sortable) in display order: tasks, feature
-    modes and encoders as ``TASK_ORDER``, ``FEATURE_ORDER`` and ``ENCODER_ORDER`` (unknown names
-    after, sorted), the rest ascending."""
-    keys = list(keys)
-    ranks = [
-        {name: rank for rank, name in enumerate(ordered({key[i] for key in keys}, order))}
-        for i, order in enumerate((TASK_ORDER, FEATURE_ORDER, ENCODER_ORDER))
-    ]
-    return sorted(keys, key=lambda key: (*(r[key[i]] for i, r in enumerate(ranks)), *key[3:]))
 
 
 @dataclass(frozen=True)
@@ -216,13 +239,18 @@ class Inputs:
 
 
 def collect(
-    bilm_dir: Path, random_dir: Path, probes_dir: Path, sources: Sequence[Path] = ()
+    bilm_dir: Path,
+    random_dir: Path,
+    probes_dir: Path,
+    sources: Sequence[Path] = (),
+    display: Display = BY_NAME,
 ) -> Inputs:
     """Read every input the report uses; what is absent is listed in ``Inputs.missing``.
 
     ``sources`` adds probe results from elsewhere (:func:`probe_roots`): a Hydra multirun folder,
     one run's folder, or a probes folder. A run (or online code) found twice is an error naming
-    both files. Learning-curve runs of conditional probes are left out (no section shows them).
+    both files. A baseline encoder of ``display`` without runs is listed as missing.
+    Learning-curve runs of conditional probes are left out (no section shows them).
     """
     missing: list[str] = []
     trained = _read_pretraining(bilm_dir, "trained biLM", missing, with_curve=True)
@@ -241,11 +269,13 @@ def collect(
     else:
         encoders = {run.encoder for run in probes}
         tasks = {run.task for run in probes}
-        if "random" not in encoders:
-            missing.append("no probe runs on the random encoder: trained vs random is not shown")
-        if TOKEN_LAYER_ENCODER not in encoders:
+        if display.random is not None and display.random not in encoders:
             missing.append(
-                f"no probe runs on the {TOKEN_LAYER_ENCODER} encoder: trained biLM vs trained "
+                f"no probe runs on the {display.random} encoder: trained vs random is not shown"
+            )
+        if display.token_layer is not None and display.token_layer not in encoders:
+            missing.append(
+                f"no probe runs on the {display.token_layer} encoder: trained biLM vs trained "
                 "token layer is not shown"
             )
         if "wsd" not in tasks:

@@ -18,18 +18,16 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import NullFormatter, NullLocator, StrMethodFormatter
 
 from elmolab.report.collect import (
-    ENCODER_ORDER,
-    FEATURE_ORDER,
     SCALAR_MIX,
     SINGLE_LAYERS,
+    Display,
     Pretraining,
-    encoder_label,
-    ordered,
 )
 from elmolab.report.information import CodeCell, Gain, conditional_label
 from elmolab.report.stats import Cell, LayerGap, Selectivity
 
-ENCODER_COLORS = {"trained": "#1f5fa8", "random": "#a0a0a0", "token_only": "#e08a2c"}
+# An encoder's colour by its role (report.encoders); an encoder without a role is OTHER_COLOR.
+ROLE_COLORS = {"main": "#1f5fa8", "random": "#a0a0a0", "token_layer": "#e08a2c"}
 OTHER_COLOR = "#6a3d9a"
 # Learning curves: a feature mode's marker and line style (the encoder is the colour).
 FEATURE_STYLES = {
@@ -68,8 +66,9 @@ def to_png(figure: Figure, dpi: int) -> bytes:
     return buffer.getvalue()
 
 
-def encoder_color(encoder: str) -> str:
-    return ENCODER_COLORS.get(encoder, OTHER_COLOR)
+def encoder_color(encoder: str, display: Display) -> str:
+    role = display.role(encoder)
+    return OTHER_COLOR if role is None else ROLE_COLORS[role]
 
 
 def _tidy(axis: Axes, grid_axis: str = "both") -> None:
@@ -77,9 +76,9 @@ def _tidy(axis: Axes, grid_axis: str = "both") -> None:
     axis.spines[["top", "right"]].set_visible(False)
 
 
-def _encoder_legend(encoders: list[str]) -> tuple[list[Rectangle], list[str]]:
-    handles = [Rectangle((0, 0), 1, 1, color=encoder_color(e)) for e in encoders]
-    return handles, [encoder_label(e) for e in encoders]
+def _encoder_legend(encoders: list[str], display: Display) -> tuple[list[Rectangle], list[str]]:
+    handles = [Rectangle((0, 0), 1, 1, color=encoder_color(e, display)) for e in encoders]
+    return handles, [display.label(e) for e in encoders]
 
 
 def _bar_x(feature: int, encoder: int, n_encoders: int) -> float:
@@ -139,11 +138,11 @@ def learning_curves(trained: Pretraining) -> Figure:
     return figure
 
 
-def probe_bars(cells: Cells, tasks: list[str], encoders: list[str]) -> Figure:
+def probe_bars(cells: Cells, tasks: list[str], encoders: list[str], display: Display) -> Figure:
     """Per task, the test metric of every feature mode, one bar per encoder: mean over seeds,
     error bar one standard deviation, dots the single seeds. The y axes are zoomed."""
     figure, axes = _task_panels(len(tasks), columns=3, width=4.6, height=3.3)
-    features = ordered({f for _, f, _ in cells}, FEATURE_ORDER)
+    features = display.ordered_features({f for _, f, _ in cells})
     width = 0.92 * BAR_GROUP_WIDTH / len(encoders)
     for axis, task in zip(axes, tasks, strict=False):
         shown: list[float] = []  # every drawn value, to zoom the y axis
@@ -168,7 +167,7 @@ def probe_bars(cells: Cells, tasks: list[str], encoders: list[str]) -> Figure:
                     x,
                     mean,
                     width,
-                    color=encoder_color(encoder),
+                    color=encoder_color(encoder, display),
                     linewidth=1.2,
                     edgecolor="black" if mode == SCALAR_MIX else "none",
                 )
@@ -186,14 +185,14 @@ def probe_bars(cells: Cells, tasks: list[str], encoders: list[str]) -> Figure:
             axis.set_ylim(max(0.0, low - margin), min(100.0, high + margin))
         axis.set_ylabel("test score (%)", fontsize=9)
         _tidy(axis, "y")
-    _encoder_legend_on_top(figure, encoders)
+    _encoder_legend_on_top(figure, encoders, display)
     return figure
 
 
-def heatmap(cells: Cells, tasks: list[str], encoders: list[str]) -> Figure:
+def heatmap(cells: Cells, tasks: list[str], encoders: list[str], display: Display) -> Figure:
     """Task x feature mode, one panel per encoder; numbers are test scores (%), colours rank the
     feature modes within each task and panel (the best is darkest)."""
-    features = ordered({f for _, f, _ in cells}, FEATURE_ORDER)
+    features = display.ordered_features({f for _, f, _ in cells})
     grid = np.full((len(encoders), len(tasks), len(features)), np.nan)  # (encoders, tasks, modes)
     for (task, mode, encoder), cell in cells.items():
         if task in tasks and encoder in encoders and cell.n:
@@ -231,11 +230,11 @@ def heatmap(cells: Cells, tasks: list[str], encoders: list[str]) -> Figure:
                 )
         axis.set_xticks(range(len(features)), features, rotation=30, ha="right", fontsize=9)
         axis.set_yticks(range(len(tasks)), tasks if e == 0 else [""] * len(tasks), fontsize=9)
-        axis.set_title(encoder_label(encoder), fontsize=11)
+        axis.set_title(display.label(encoder), fontsize=11)
     return figure
 
 
-def mix_weights(cells: Cells, tasks: list[str], encoders: list[str]) -> Figure:
+def mix_weights(cells: Cells, tasks: list[str], encoders: list[str], display: Display) -> Figure:
     """The learned scalar-mix weights softmax(w)_j per task and layer (ELMo paper, Figure 2),
     mean over seeds, one panel per encoder; gamma right of each row."""
     figure = Figure(
@@ -268,15 +267,17 @@ def mix_weights(cells: Cells, tasks: list[str], encoders: list[str]) -> Figure:
             range(len(SINGLE_LAYERS)), ["layer 0\n(char CNN)", "layer 1", "layer 2"], fontsize=9
         )
         axis.set_yticks(range(len(tasks)), tasks if e == 0 else [""] * len(tasks), fontsize=9)
-        axis.set_title(encoder_label(encoder), fontsize=11)
+        axis.set_title(display.label(encoder), fontsize=11)
     return figure
 
 
-def selectivity_bars(selectivity: list[Selectivity], encoders: list[str]) -> Figure:
+def selectivity_bars(
+    selectivity: list[Selectivity], encoders: list[str], display: Display
+) -> Figure:
     """Selectivity (task accuracy minus control accuracy, points) per feature mode and encoder."""
     tasks = list(dict.fromkeys(s.task for s in selectivity))
     by_key = {(s.task, s.features, s.encoder): s for s in selectivity}
-    features = ordered({s.features for s in selectivity}, FEATURE_ORDER)
+    features = display.ordered_features({s.features for s in selectivity})
     width = 0.92 * BAR_GROUP_WIDTH / len(encoders)
     figure = Figure(figsize=(6.5 * len(tasks), 3.4), layout="constrained")
     for axis, task in zip(figure.subplots(1, len(tasks), squeeze=False)[0], tasks, strict=True):
@@ -287,7 +288,14 @@ def selectivity_bars(selectivity: list[Selectivity], encoders: list[str]) -> Fig
                     continue
                 x = _bar_x(i, e, len(encoders))
                 std = 0.0 if math.isnan(s.std) else 100 * s.std
-                axis.bar(x, 100 * s.mean, width, yerr=std, capsize=2, color=encoder_color(encoder))
+                axis.bar(
+                    x,
+                    100 * s.mean,
+                    width,
+                    yerr=std,
+                    capsize=2,
+                    color=encoder_color(encoder, display),
+                )
                 axis.text(
                     x,
                     100 * s.mean + std,
@@ -299,12 +307,14 @@ def selectivity_bars(selectivity: list[Selectivity], encoders: list[str]) -> Fig
         axis.set_xticks(range(len(features)), [f.replace("_", "\n") for f in features], fontsize=8)
         axis.set_ylabel("selectivity (accuracy points)", fontsize=9)
         axis.set_title(f"{task}: accuracy minus {task}_control accuracy", fontsize=11)
-        axis.legend(*_encoder_legend(encoders), frameon=False, fontsize=8)
+        axis.legend(*_encoder_legend(encoders, display), frameon=False, fontsize=8)
         _tidy(axis, "y")
     return figure
 
 
-def probe_learning_curves(curve_cells: dict[tuple[str, str, str, float], Cell]) -> Figure:
+def probe_learning_curves(
+    curve_cells: dict[tuple[str, str, str, float], Cell], display: Display
+) -> Figure:
     """Per task, the test metric against the fraction of training sentences (log axis): a line
     per encoder (colour) and feature mode (marker, line style), error bars one standard deviation
     over seeds. One legend for all panels."""
@@ -332,7 +342,7 @@ def probe_learning_curves(curve_cells: dict[tuple[str, str, str, float], Cell]) 
                 x,
                 mean,
                 yerr=std,
-                color=encoder_color(encoder),
+                color=encoder_color(encoder, display),
                 marker=marker,
                 linestyle=style,
                 markersize=5,
@@ -349,9 +359,9 @@ def probe_learning_curves(curve_cells: dict[tuple[str, str, str, float], Cell]) 
         axis.set(xlabel="training sentences (log scale)", ylabel="test score (%)")
         axis.set_title(f"{task} ({metric.replace('_', ' ')})", fontsize=11)
         _tidy(axis)
-    encoders = ordered({encoder for _, encoder in lines}, ENCODER_ORDER)
-    modes = ordered({features for features, _ in lines}, FEATURE_ORDER)
-    handles = [Line2D([], [], color=encoder_color(e), linewidth=3) for e in encoders]
+    encoders = display.ordered_encoders({encoder for _, encoder in lines})
+    modes = display.ordered_features({features for features, _ in lines})
+    handles = [Line2D([], [], color=encoder_color(e, display), linewidth=3) for e in encoders]
     handles += [
         Line2D(
             [],
@@ -364,7 +374,7 @@ def probe_learning_curves(curve_cells: dict[tuple[str, str, str, float], Cell]) 
     ]
     figure.legend(
         handles,
-        [encoder_label(e) for e in encoders] + modes,
+        [display.label(e) for e in encoders] + modes,
         loc="outside upper center",
         ncol=len(handles),  # one row: the encoders (colours), then the modes (markers)
         frameon=False,
@@ -394,9 +404,12 @@ def _task_panels(
     return figure, axes[:n_tasks]
 
 
-def _encoder_legend_on_top(figure: Figure, encoders: list[str]) -> None:
+def _encoder_legend_on_top(figure: Figure, encoders: list[str], display: Display) -> None:
     figure.legend(
-        *_encoder_legend(encoders), loc="outside upper center", ncol=len(encoders), frameon=False
+        *_encoder_legend(encoders, display),
+        loc="outside upper center",
+        ncol=len(encoders),
+        frameon=False,
     )
 
 
@@ -410,6 +423,7 @@ def _value_bars(
     ticks: list[str],
     ylabel: str,
     title: str,
+    display: Display,
 ) -> None:
     """A panel of bars, a group per mode (``ticks`` its labels), one bar per encoder
     (:func:`_bar_value`): ``values(mode, encoder)`` gives the per-seed values (None: no bar),
@@ -420,7 +434,7 @@ def _value_bars(
             seeds = values(mode, encoder)
             if seeds is not None:
                 x = _bar_x(i, e, len(encoders))
-                color = encoder_color(encoder)
+                color = encoder_color(encoder, display)
                 _bar_value(axis, x, seeds, width, color, label.format(seeds.mean()))
     axis.set_xticks(range(len(modes)), ticks, fontsize=8)
     axis.set_xlim(-0.5, len(modes) - 0.5)
@@ -442,14 +456,14 @@ def _bar_value(
     axis.text(x, top, label, ha="center", va="bottom", fontsize=7)
 
 
-def online_code_bars(code_cells: dict[tuple[str, str, str], CodeCell]) -> Figure:
+def online_code_bars(code_cells: dict[tuple[str, str, str], CodeCell], display: Display) -> Figure:
     """Per task (control tasks included), the compression of the online code (uniform / online
     code length) per feature mode, one bar per encoder; the dashed line is the uniform code."""
     tasks = list(dict.fromkeys(task for task, _, _ in code_cells))
-    encoders = ordered({encoder for _, _, encoder in code_cells}, ENCODER_ORDER)
+    encoders = display.ordered_encoders({encoder for _, _, encoder in code_cells})
     figure, axes = _task_panels(len(tasks), columns=2, width=6.5)
     for axis, task in zip(axes, tasks, strict=True):
-        features = ordered({f for t, f, _ in code_cells if t == task}, FEATURE_ORDER)
+        features = display.ordered_features({f for t, f, _ in code_cells if t == task})
 
         def compression(mode: str, encoder: str, task: str = task) -> np.ndarray | None:
             cell = code_cells.get((task, mode, encoder))
@@ -465,16 +479,17 @@ def online_code_bars(code_cells: dict[tuple[str, str, str], CodeCell]) -> Figure
             ticks=[f.replace("_", "\n") for f in features],
             ylabel="compression (uniform / online)",
             title=f"{task}: online code",
+            display=display,
         )
-    _encoder_legend_on_top(figure, encoders)
+    _encoder_legend_on_top(figure, encoders, display)
     return figure
 
 
-def conditional_bars(gains: list[Gain]) -> Figure:
+def conditional_bars(gains: list[Gain], display: Display) -> Figure:
     """Per task, the information beyond layer 0 (test bits per token the probe on layer 0 beside
     a mode saves over the probe on layer 0 alone) per mode, one bar per encoder."""
     tasks = list(dict.fromkeys(gain.task for gain in gains))
-    encoders = ordered({gain.encoder for gain in gains}, ENCODER_ORDER)
+    encoders = display.ordered_encoders({gain.encoder for gain in gains})
     by_key = {(g.task, g.mode, g.encoder): g for g in gains}
     figure, axes = _task_panels(len(tasks), columns=2, width=6.0)
     for axis, task in zip(axes, tasks, strict=True):
@@ -494,8 +509,9 @@ def conditional_bars(gains: list[Gain]) -> Figure:
             ticks=[conditional_label(mode).replace(" + ", " +\n") for mode in modes],
             ylabel="bits/token beyond layer 0 (test)",
             title=f"{task}: information beyond layer 0",
+            display=display,
         )
-    _encoder_legend_on_top(figure, encoders)
+    _encoder_legend_on_top(figure, encoders, display)
     return figure
 
 
@@ -506,6 +522,7 @@ def layer_panel(
     paper: dict[str, float],
     main: str,
     alpha: float,
+    display: Display,
 ) -> Figure:
     """What each layer encodes, a row per task grouped by family (``tasks``: (family, task)).
 
@@ -516,7 +533,7 @@ def layer_panel(
     (``gravity``, task -> per-seed values), 0 = the token layer.
     """
     by_key = {(g.task, g.encoder): g for g in gaps}
-    others = ordered({g.encoder for g in gaps} - {main}, ENCODER_ORDER)
+    others = display.ordered_encoders({g.encoder for g in gaps} - {main})
     y_of: dict[str, float] = {}  # task -> its row; a family's header row above its tasks
     headers: dict[str, float] = {}
     y = 0.0
@@ -558,7 +575,7 @@ def layer_panel(
                     100 * other.difference,
                     row + offset,
                     "D",
-                    color=encoder_color(encoder),
+                    color=encoder_color(encoder, display),
                     markersize=5,
                     markeredgecolor="black",
                     markeredgewidth=0.5,
@@ -585,7 +602,7 @@ def layer_panel(
     bars.invert_yaxis()
     bars.axvline(0.0, color="black", linewidth=0.8)
     bars.set_xlabel("layer 2 − layer 1, test score points   (← layer 1 better | layer 2 better →)")
-    bars.set_title(f"{encoder_label(main)}: layer 2 minus layer 1", fontsize=11)
+    bars.set_title(f"{display.label(main)}: layer 2 minus layer 1", fontsize=11)
     _tidy(bars, "x")
     bars.margins(x=0.18)
     centre.axvline(1.0, color="#888888", linestyle="--", linewidth=0.8)
@@ -597,9 +614,16 @@ def layer_panel(
     names = list(FAVOURED_LABELS.values())
     for encoder in others:
         handles.append(
-            Line2D([], [], marker="D", linestyle="", color=encoder_color(encoder), markersize=5)
+            Line2D(
+                [],
+                [],
+                marker="D",
+                linestyle="",
+                color=encoder_color(encoder, display),
+                markersize=5,
+            )
         )
-        names.append(f"{encoder_label(encoder)}: layer 2 − layer 1")
+        names.append(f"{display.label(encoder)}: layer 2 − layer 1")
     if paper:
         handles.append(Line2D([], [], marker="*", linestyle="", color="black", markersize=10))
         names.append("ELMo paper")

@@ -25,13 +25,13 @@ import numpy as np
 
 from elmolab.io.results import CONDITIONAL_BASE, CONDITIONAL_MODES, conditional_features
 from elmolab.report.collect import (
+    BY_NAME,
     DEV_BITS,
-    TASK_ORDER,
     TEST_BITS,
+    Display,
     OnlineCode,
     ProbeRun,
     conditioned_mode,
-    display_order,
     ordered,
 )
 from elmolab.report.stats import Cell, CellKey, paired_bits_test, paired_test
@@ -150,14 +150,16 @@ def conditional_label(mode: str) -> str:
     return f"{CONDITIONAL_BASE} + {name}"
 
 
-def online_code_cells(codes: Iterable[OnlineCode]) -> dict[tuple[str, str, str], CodeCell]:
-    """Online codes grouped by (task, features, encoder), in display order."""
+def online_code_cells(
+    codes: Iterable[OnlineCode], display: Display = BY_NAME
+) -> dict[tuple[str, str, str], CodeCell]:
+    """Online codes grouped by (task, features, encoder), in ``display`` order."""
     groups: dict[tuple[str, str, str], list[OnlineCode]] = defaultdict(list)
     for code in codes:
         groups[code.task, code.features, code.encoder].append(code)
     return {
         key: CodeCell(*key, tuple(sorted(groups[key], key=lambda code: code.seed)))
-        for key in display_order(groups)
+        for key in display.sort(groups)
     }
 
 
@@ -166,6 +168,7 @@ def conditional_gains(
     conditional_cells: Mapping[tuple[str, str, str], Cell],
     bootstrap_samples: int,
     seed: int,
+    display: Display = BY_NAME,
 ) -> list[Gain]:
     """The information beyond layer 0 of every conditional cell (``conditional_cells``, features
     ``layer0+<mode>``) whose encoder has layer-0 runs of the same task (in ``cells``) with seeds in
@@ -175,7 +178,7 @@ def conditional_gains(
         mode = conditioned_mode(features)
         if mode is not None:
             by_task_mode[task, mode].append(cell)
-    tasks = ordered({task for task, _ in by_task_mode}, TASK_ORDER)
+    tasks = display.ordered_tasks(task for task, _ in by_task_mode)
     modes = ordered({mode for _, mode in by_task_mode}, CONDITIONAL_MODES)
     pairs = [
         (task, mode, baseline, cell)
@@ -232,6 +235,7 @@ def _bits_saved(pairs: list[tuple[ProbeRun, ProbeRun]], key: str) -> tuple[float
 def measure_times(
     online_codes: Mapping[tuple[str, str, str], CodeCell],
     conditional_cells: Mapping[tuple[str, str, str], Cell],
+    display: Display = BY_NAME,
 ) -> list[MeasureTime]:
     """Per task with either measure: the summed ``wall_seconds`` of its online codes and of its
     conditional probes (runs that do not record it count 0)."""
@@ -243,5 +247,5 @@ def measure_times(
         conditional[task] += sum(run.wall_seconds or 0.0 for run in cell.runs)
     return [
         MeasureTime(task, online.get(task), conditional.get(task))
-        for task in ordered({*online, *conditional}, TASK_ORDER)
+        for task in display.ordered_tasks({*online, *conditional})
     ]

@@ -26,6 +26,7 @@ from torch.nn import functional as F
 from elmolab.embed import embed_sentences
 from elmolab.errors import ElmolabError
 from elmolab.models.bilm import BiLM
+from elmolab.schema import PolysemyConfig
 from elmolab.text.chars import SPECIAL_TOKENS, char_ids_for_sentences
 from elmolab.text.wsd import WsdSentence
 
@@ -80,26 +81,6 @@ LEXNAMES = (
 CONTEXT_WINDOW = 8  # tokens shown on each side of a neighbour's target word
 MAX_SENTENCE_TOKENS = 60  # longer SemCor sentences cost the most biLM time and read worst
 LAYER0_BATCH = 512  # words per char CNN call
-
-
-@dataclass
-class PolysemyWord:
-    """A word and example sentences of different senses, the target in brackets."""
-
-    word: str
-    examples: list[str]
-
-
-@dataclass
-class PolysemyConfig:
-    """Schema of ``report.polysemy`` (values and reasons in conf/report/default.yaml)."""
-
-    enabled: bool
-    words: list[PolysemyWord]
-    vocab_top_n: int
-    neighbours: int
-    contextual_layers: list[int]
-    semcor_max_sentences: int
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,12 @@ drift apart.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from elmolab.report import tables
-from elmolab.report.collect import RANDOM_ENCODER, TOKEN_LAYER_ENCODER, encoder_label
+from elmolab.report.collect import Display
+from elmolab.report.data import ReportData
 from elmolab.report.information import conditional_label
-
-if TYPE_CHECKING:
-    from elmolab.report.build import ReportData
+from elmolab.schema import BASELINE, FINETUNE_PREFIX, MIX_PREFIX
 
 SIGNIFICANCE_METHOD = (
     "Scalar mix vs the best single layer (chosen on dev), test set: a paired bootstrap over "
@@ -104,7 +102,7 @@ def headline(data: ReportData) -> Table | None:
         "verdict",
     )
     for b in rows[0].baselines:
-        label = encoder_label(b.encoder, short=True)
+        label = data.display.label(b.encoder, short=True)
         columns += [
             Column(f"{label} encoder", "best layer · mix"),
             Column(f"trained − {label}", "best layers"),
@@ -156,13 +154,13 @@ def layers(data: ReportData) -> Table | None:
     columns = _columns(
         "family",
         "task",
-        ("layer 1 · layer 2", encoder_label(main, short=True)),
-        ("layer 2 − layer 1", encoder_label(main, short=True)),
+        ("layer 1 · layer 2", data.display.label(main, short=True)),
+        ("layer 2 − layer 1", data.display.label(main, short=True)),
         "p",
         "verdict",
         ("mix weights", "layers 0 · 1 · 2"),
         ("centre of gravity", "Σ j·s_j"),
-        *(("layer 2 − layer 1", encoder_label(e, short=True)) for e in baselines),
+        *(("layer 2 − layer 1", data.display.label(e, short=True)) for e in baselines),
         ("ELMo paper", "layer 1 · layer 2"),
     )
     starts = _starts([r.family for r in rows])
@@ -204,13 +202,13 @@ TASK_MODEL_METHOD = (
 )
 
 
-def task_model_label(name: str) -> str:
+def task_model_label(name: str, display: Display) -> str:
     """An input of the task model in words: baseline, + ELMo frozen or fine-tuned."""
-    if name == "baseline":
+    if name == BASELINE:
         return "baseline: layer 0 + own word embedding"
-    for prefix, how in (("elmo_", "frozen"), ("finetune_", "fine-tuned")):
+    for prefix, how in ((MIX_PREFIX, "frozen"), (FINETUNE_PREFIX, "fine-tuned")):
         if name.startswith(prefix):
-            return f"+ mix of {encoder_label(name.removeprefix(prefix))} ({how})"
+            return f"+ mix of {display.label(name.removeprefix(prefix))} ({how})"
     return name
 
 
@@ -234,7 +232,10 @@ def task_model(data: ReportData) -> Table | None:
     for name, row in summary["inputs"].items():
         spread = "" if row["std"] is None else f" ± {row['std']:.2f}"
         cells = [
-            TableCell(task_model_label(name), bold=name.startswith("elmo_trained")),
+            TableCell(
+                task_model_label(name, data.display),
+                bold=name == MIX_PREFIX + str(data.display.main),
+            ),
             _number(f"{row['mean']:.2f}{spread}"),
             _number(str(len(row["seeds"]))),
         ]
@@ -260,7 +261,7 @@ def task_model(data: ReportData) -> Table | None:
             cells.insert(4, _number("–" if relative is None else f"{relative:+.1f}%"))
         rows.append(cells)
     frozen = [
-        f"{task_model_label(name)} against frozen: {v['absolute']:+.2f} F1"
+        f"{task_model_label(name, data.display)} against frozen: {v['absolute']:+.2f} F1"
         + ("" if v["p_value"] is None else f", {tables.p_equals(v['p_value'])}")
         for name, v in summary.get("vs_frozen", {}).items()
     ]
@@ -287,7 +288,8 @@ def pretraining(data: ReportData) -> Table:
 def trained_vs_token_layer(data: ReportData) -> Table | None:
     return _encoder_table(
         tables.trained_vs_token_layer(data),
-        TOKEN_LAYER_ENCODER,
+        data.display.token_layer,
+        data.display,
         "What pretraining the LSTMs added beyond a good token layer: the trained biLM against its"
         " own token layer (char CNN, highway, projection) under random orthogonal LSTMs.",
         ENCODER_METHOD.format(alpha=data.significance.alpha),
@@ -295,7 +297,11 @@ def trained_vs_token_layer(data: ReportData) -> Table | None:
 
 
 def _encoder_table(
-    rows: list[tables.EncoderRow], baseline: str, note_before: str, method: str
+    rows: list[tables.EncoderRow],
+    baseline: str | None,
+    display: Display,
+    note_before: str,
+    method: str,
 ) -> Table | None:
     """The trained biLM against a baseline encoder, a row per task and feature mode."""
     if not rows:
@@ -304,8 +310,8 @@ def _encoder_table(
         _columns(
             "task",
             "features",
-            encoder_label("trained"),
-            encoder_label(baseline),
+            display.label(display.main or ""),
+            display.label(baseline or ""),
             ("difference", "points"),
             "p",
             "verdict",
@@ -337,7 +343,8 @@ def trained_vs_random(data: ReportData) -> Table | None:
     """Per task and feature mode: the trained biLM against the random-initialisation control."""
     return _encoder_table(
         tables.trained_vs_random(data),
-        RANDOM_ENCODER,
+        data.display.random,
+        data.display,
         "What pretraining added at all: the trained biLM against the same network with its"
         " initial random weights.",
         RANDOM_METHOD.format(alpha=data.significance.alpha),
@@ -357,7 +364,7 @@ def learning_curves(data: ReportData) -> Table | None:
                 TableCell(r.features),
                 TableCell(r.label, italic=True)
                 if r.difference
-                else TableCell(encoder_label(r.label, short=True)),
+                else TableCell(data.display.label(r.label, short=True)),
                 *(_number(value, title) for value, title in zip(r.values, r.titles, strict=True)),
             ]
             for r in rows
@@ -378,7 +385,7 @@ def structural(data: ReportData) -> Table | None:
         [
             [
                 TableCell(r.features),
-                TableCell(encoder_label(r.encoder)),
+                TableCell(data.display.label(r.encoder)),
                 _number(r.uuas),
                 _number(r.dspr),
                 _number(r.reference),
@@ -413,7 +420,11 @@ def all_results(data: ReportData) -> Table | None:
     if not rows:
         return None
     return Table(
-        [Column("task"), Column("features"), *(Column(encoder_label(e)) for e in data.encoders)],
+        [
+            Column("task"),
+            Column("features"),
+            *(Column(data.display.label(e)) for e in data.encoders),
+        ],
         [
             [
                 TableCell(task),
@@ -464,7 +475,7 @@ def online_code(data: ReportData) -> Table | None:
     controlled = any(r.control_task for r in rows)
     columns = [Column("task"), Column("features")]
     for encoder in encoders:
-        label = encoder_label(encoder, short=True)
+        label = data.display.label(encoder, short=True)
         columns += [Column(label, "compression"), Column(label, "online code, kbits")]
         columns += [Column(label, "control task's compression")] if controlled else []
     cells = []
@@ -494,7 +505,7 @@ def conditional(data: ReportData) -> Table | None:
     encoders = tables.conditional_encoders(data)
     columns = [Column("task"), Column("probe reads")]
     for encoder in encoders:
-        label = encoder_label(encoder, short=True)
+        label = data.display.label(encoder, short=True)
         columns += [Column(label, "bits/token gained"), Column(label, "metric gained, points")]
     cells = [
         [

@@ -29,12 +29,13 @@ import numpy as np
 from scipy import stats
 
 from elmolab.report.collect import (
+    BY_NAME,
     CONTROL_SUFFIX,
     SCALAR_MIX,
     SINGLE_LAYERS,
     TEST_BITS,
+    Display,
     ProbeRun,
-    display_order,
 )
 
 
@@ -235,16 +236,20 @@ class Selectivity:
         return float(np.std(self.values, ddof=1)) if len(self.values) > 1 else math.nan
 
 
-def group_cells(runs: Iterable[ProbeRun]) -> dict[tuple[str, str, str], Cell]:
-    """Runs grouped by (task, features, encoder), in display order."""
+def group_cells(
+    runs: Iterable[ProbeRun], display: Display = BY_NAME
+) -> dict[tuple[str, str, str], Cell]:
+    """Runs grouped by (task, features, encoder), in ``display`` order."""
     groups: dict[tuple[str, str, str], list[ProbeRun]] = defaultdict(list)
     for run in runs:
         groups[run.task, run.features, run.encoder].append(run)
-    return {key: Cell(*key, _by_seed(groups[key])) for key in display_order(groups)}
+    return {key: Cell(*key, _by_seed(groups[key])) for key in display.sort(groups)}
 
 
 def learning_curve_cells(
-    curve_runs: Iterable[ProbeRun], cells: Mapping[tuple[str, str, str], Cell]
+    curve_runs: Iterable[ProbeRun],
+    cells: Mapping[tuple[str, str, str], Cell],
+    display: Display = BY_NAME,
 ) -> dict[tuple[str, str, str, float], Cell]:
     """Runs grouped by (task, features, encoder, training fraction), fractions ascending; every
     (task, features, encoder) with learning-curve runs gets its runs on all the data (from
@@ -256,7 +261,7 @@ def learning_curve_cells(
         full = cells.get((task, features, encoder))
         if full is not None:
             groups[task, features, encoder, full.train_fraction] = list(full.runs)
-    return {key: Cell(*key[:3], _by_seed(groups[key])) for key in display_order(groups)}
+    return {key: Cell(*key[:3], _by_seed(groups[key])) for key in display.sort(groups)}
 
 
 def _by_seed(runs: Iterable[ProbeRun]) -> tuple[ProbeRun, ...]:
@@ -264,10 +269,15 @@ def _by_seed(runs: Iterable[ProbeRun]) -> tuple[ProbeRun, ...]:
 
 
 def compare_encoders(
-    cells: Iterable[Cell], encoder: str, baseline: str, bootstrap_samples: int, seed: int
+    cells: Iterable[Cell],
+    encoder: str | None,
+    baseline: str | None,
+    bootstrap_samples: int,
+    seed: int,
 ) -> list[EncoderComparison]:
     """``encoder`` against ``baseline`` for every task (control tasks excluded), feature mode and
-    training fraction where both have applicable runs, in the order of ``cells``."""
+    training fraction where both have applicable runs, in the order of ``cells`` (none when
+    either is None: no encoder plays that role)."""
     by_key = {(c.task, c.features, c.train_fraction, c.encoder): c for c in cells}
     comparisons = []
     for (task, features, fraction, name), cell in by_key.items():

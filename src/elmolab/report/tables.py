@@ -7,22 +7,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from elmolab.io.results import FIRST_SENSE, MAJORITY_BASELINE
 from elmolab.report.collect import (
     CONTROL_SUFFIX,
-    ENCODER_ORDER,
     FAMILY_ORDER,
-    FEATURE_ORDER,
-    MAIN_ENCODER,
     SCALAR_MIX,
     STRUCTURAL_TASK,
-    encoder_label,
+    Display,
     ordered,
 )
+from elmolab.report.data import ReportData
 from elmolab.report.information import (
     CodeCell,
     PerSeed,
@@ -37,9 +35,6 @@ from elmolab.report.stats import (
     LayerGap,
     centre_of_gravity,
 )
-
-if TYPE_CHECKING:
-    from elmolab.report.build import ReportData
 
 # The ELMo paper's layer 1 and layer 2 on the tasks it probed per layer (Peters et al. 2018,
 # Tables 5 and 6): the reference beside the layer panel.
@@ -202,8 +197,9 @@ def headline(data: ReportData) -> list[HeadlineRow]:
 
 
 def main_encoder(data: ReportData) -> str:
+    """The main encoder (``report.encoders.main``) if it has results, else the first that has."""
     encoders = data.encoders
-    return MAIN_ENCODER if MAIN_ENCODER in encoders or not encoders else encoders[0]
+    return data.display.main_of(encoders) if encoders else data.display.main or ""
 
 
 def baseline_encoders(data: ReportData) -> list[str]:
@@ -212,11 +208,13 @@ def baseline_encoders(data: ReportData) -> list[str]:
     return [encoder for encoder in data.encoders if encoder != main]
 
 
-def encoder_verdict(comparison: EncoderComparison, alpha: float) -> tuple[str, str]:
+def encoder_verdict(
+    comparison: EncoderComparison, alpha: float, display: Display
+) -> tuple[str, str]:
     """(display text, badge class) of an encoder comparison's verdict."""
     verdict = comparison.verdict(alpha)
     winner = {"better": comparison.encoder, "worse": comparison.baseline}.get(verdict)
-    text = verdict if winner is None else f"{encoder_label(winner, short=True)} better"
+    text = verdict if winner is None else f"{display.label(winner, short=True)} better"
     return text, VERDICT_CLASSES[verdict]
 
 
@@ -249,7 +247,7 @@ def encoder_rows(data: ReportData, comparisons: list[EncoderComparison]) -> list
     alpha = data.significance.alpha
     rows = []
     for c in comparisons:
-        verdict, verdict_class = encoder_verdict(c, alpha)
+        verdict, verdict_class = encoder_verdict(c, alpha, data.display)
         rows.append(
             EncoderRow(
                 task=c.task,
@@ -344,8 +342,8 @@ def learning_curve_table(data: ReportData) -> list[CurveRow]:
         if any(comparisons):
             first = next(c for c in comparisons if c is not None)
             label = (
-                f"{encoder_label(first.encoder, short=True)} − "
-                f"{encoder_label(first.baseline, short=True)}"
+                f"{data.display.label(first.encoder, short=True)} − "
+                f"{data.display.label(first.baseline, short=True)}"
             )
             rows.append(
                 CurveRow(
@@ -385,7 +383,7 @@ def structural_table(data: ReportData) -> list[StructuralRow]:
     for (task, features, encoder), cell in data.cells.items():
         if task != STRUCTURAL_TASK:
             continue
-        reference = STRUCTURAL_REFERENCE.get(features) if encoder == MAIN_ENCODER else None
+        reference = STRUCTURAL_REFERENCE.get(features) if encoder == data.display.main else None
         rows.append(
             StructuralRow(
                 features=features,
@@ -407,11 +405,6 @@ def per_seed(values: PerSeed, digits: int, scale: float = 1.0, signed: bool = Fa
         return "–"
     mean = f"{scale * values.mean:{'+z' if signed else 'z'}.{digits}f}"  # z: no "-0.00"
     return mean if values.n == 1 else f"{mean} ± {scale * values.std:.{digits}f}"
-
-
-def _main_of(encoders: list[str]) -> str:
-    """The main encoder among ``encoders`` (display order), else the first."""
-    return MAIN_ENCODER if MAIN_ENCODER in encoders else encoders[0]
 
 
 def _significance(difference: TestedDifference, alpha: float) -> str:
@@ -439,7 +432,7 @@ def _marked(difference: TestedDifference, digits: int, scale: float, alpha: floa
 
 
 def online_code_encoders(data: ReportData) -> list[str]:
-    return ordered({encoder for _, _, encoder in data.online_codes}, ENCODER_ORDER)
+    return data.display.ordered_encoders({encoder for _, _, encoder in data.online_codes})
 
 
 def online_code_tasks(data: ReportData) -> list[tuple[str, str | None]]:
@@ -471,7 +464,9 @@ def online_code_table(data: ReportData) -> list[OnlineCodeRow]:
     encoders = online_code_encoders(data)
     rows = []
     for task, control in online_code_tasks(data):
-        for mode in ordered({f for t, f, _ in data.online_codes if t == task}, FEATURE_ORDER):
+        for mode in data.display.ordered_features(
+            {f for t, f, _ in data.online_codes if t == task}
+        ):
             cells = [data.online_codes.get((task, mode, e)) for e in encoders]
             controls = [data.online_codes.get((control or "", mode, e)) for e in encoders]
             rows.append(
@@ -526,15 +521,15 @@ def online_code_findings(data: ReportData) -> list[str]:
     lines = []
     for task, control in online_code_tasks(data):
         cells = {(f, e): c for (t, f, e), c in data.online_codes.items() if t == task}
-        encoders = ordered({e for _, e in cells}, ENCODER_ORDER)
-        main = _main_of(encoders)
+        encoders = data.display.ordered_encoders({e for _, e in cells})
+        main = data.display.main_of(encoders)
         best = max(
             (c for (_, e), c in cells.items() if e == main), key=lambda c: c.compression.mean
         )
         value = best.compression.mean
         text = (
-            f"{task}: with the {encoder_label(main)}, {best.features} compresses the labels best "
-            f"({per_seed(best.compression, 2)})"
+            f"{task}: with the {data.display.label(main)}, {best.features} compresses the labels"
+            f" best ({per_seed(best.compression, 2)})"
         )
         others = [
             cells[best.features, e] for e in encoders if e != main and (best.features, e) in cells
@@ -543,9 +538,10 @@ def online_code_findings(data: ReportData) -> list[str]:
             text += (
                 f"; on {best.features}, "
                 + " and ".join(
-                    f"{encoder_label(c.encoder)} reaches {c.compression.mean:.2f}" for c in others
+                    f"{data.display.label(c.encoder)} reaches {c.compression.mean:.2f}"
+                    for c in others
                 )
-                + f", so the {encoder_label(main, short=True)} encoder compresses "
+                + f", so the {data.display.label(main, short=True)} encoder compresses "
                 + " and ".join(f"{value / c.compression.mean:.2f}" for c in others)
                 + " times as well"
             )
@@ -561,7 +557,7 @@ def online_code_findings(data: ReportData) -> list[str]:
 
 
 def conditional_encoders(data: ReportData) -> list[str]:
-    return ordered({gain.encoder for gain in data.gains}, ENCODER_ORDER)
+    return data.display.ordered_encoders({gain.encoder for gain in data.gains})
 
 
 @dataclass(frozen=True)
@@ -615,15 +611,15 @@ def conditional_findings(data: ReportData) -> list[str]:
     lines = []
     for task in dict.fromkeys(g.task for g in data.gains):
         gains = [g for g in data.gains if g.task == task]
-        main = _main_of(ordered({g.encoder for g in gains}, ENCODER_ORDER))
+        main = data.display.main_of(data.display.ordered_encoders({g.encoder for g in gains}))
         ours = [g for g in gains if g.encoder == main and g.test_bits.n]
         if not ours:
             continue
         on_dev = all(g.dev_bits.n for g in ours)
         best = max(ours, key=lambda g: g.dev_bits.mean if on_dev else g.test_bits.mean)
         text = (
-            f"{task}: for the {encoder_label(main)}, {conditional_label(best.mode)} adds the most "
-            f"beyond layer 0{' (chosen on dev)' if on_dev else ''}: "
+            f"{task}: for the {data.display.label(main)}, {conditional_label(best.mode)} adds the"
+            f" most beyond layer 0{' (chosen on dev)' if on_dev else ''}: "
             f"{per_seed(best.test_bits, 3, signed=True)} bits/token on test "
             f"({_significance(best.test_bits, alpha)})"
         )
@@ -635,7 +631,7 @@ def conditional_findings(data: ReportData) -> list[str]:
         others = [g for g in gains if g.mode == best.mode and g.encoder != main and g.test_bits.n]
         if others:
             text += "; with the same mode, " + " and ".join(
-                f"{encoder_label(g.encoder)} gains {g.test_bits.mean:+.3f} bits/token"
+                f"{data.display.label(g.encoder)} gains {g.test_bits.mean:+.3f} bits/token"
                 for g in others
             )
         lines.append(text + ".")
@@ -645,7 +641,7 @@ def conditional_findings(data: ReportData) -> list[str]:
 def measure_time_text(data: ReportData, measure: Literal["online_code", "conditional"]) -> str:
     """The probe time of ``measure`` (``online_code`` or ``conditional``) per task: "upos 312 s,
     chunk 95 s"."""
-    times = measure_times(data.online_codes, data.conditional_cells)
+    times = measure_times(data.online_codes, data.conditional_cells, data.display)
     return ", ".join(
         f"{t.task} {seconds:,.0f} s" for t in times if (seconds := getattr(t, measure)) is not None
     )
@@ -662,7 +658,7 @@ def results_table(data: ReportData) -> list[tuple[str, str, list[ResultCell]]]:
     """(task, features, one cell per encoder) for every task (control tasks included)."""
     alpha = data.significance.alpha
     by_key: dict[tuple[str, str], Comparison] = {(c.task, c.encoder): c for c in data.comparisons}
-    features = ordered({f for _, f, _ in data.cells}, FEATURE_ORDER)
+    features = data.display.ordered_features({f for _, f, _ in data.cells})
     tasks = list(dict.fromkeys(t for t, _, _ in data.cells))
     rows = []
     for task in tasks:
@@ -782,10 +778,10 @@ def findings(data: ReportData) -> list[str]:
             if (task, main) in by_key and (task, baseline) in by_key
         ]
         if gains:
-            name = encoder_label(main)
+            name = data.display.label(main)
             lines.append(
-                f"{name[0].upper()}{name[1:]} vs {encoder_label(baseline)}, best single layer "
-                f"each: {encoder_label(main, short=True)} ahead on "
+                f"{name[0].upper()}{name[1:]} vs {data.display.label(baseline)}, best single layer "
+                f"each: {data.display.label(main, short=True)} ahead on "
                 f"{sum(gain > 0 for _, gain in gains)} of {len(gains)} tasks "
                 f"({', '.join(f'{task} {pct(gain, signed=True)}' for task, gain in gains)} "
                 "points)."
@@ -974,7 +970,9 @@ def family_findings(data: ReportData) -> list[str]:
         if groups["untested"]:
             parts.append(_count(groups["untested"], "is not testable", "are not testable"))
         gravity = [m.gravity.mean() for t in tasks if (m := mix_summary(data, t)) is not None]
-        text = f"{family.capitalize()} ({encoder_label(main)}, layer 2 − layer 1, p < {alpha}): "
+        text = (
+            f"{family.capitalize()} ({data.display.label(main)}, layer 2 − layer 1, p < {alpha}): "
+        )
         text += ", ".join(parts)
         if gravity:
             text += f"; their scalar mixes' centre of gravity averages {np.mean(gravity):.2f}"

@@ -8,13 +8,14 @@ import io
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jinja2
 import numpy as np
 
 from elmolab.report import tables
-from elmolab.report.collect import DEV_BITS, FEATURE_ORDER, STRUCTURAL_TASK, TEST_BITS, ordered
+from elmolab.report.collect import DEV_BITS, STRUCTURAL_TASK, TEST_BITS
+from elmolab.report.data import ReportData
 from elmolab.report.information import PerSeed, TestedDifference, measure_times
 from elmolab.report.sections import (
     CONDITIONAL_METHOD,
@@ -25,9 +26,6 @@ from elmolab.report.sections import (
     Sections,
 )
 from elmolab.report.stats import Cell, EncoderComparison
-
-if TYPE_CHECKING:
-    from elmolab.report.build import ReportData
 
 TEMPLATES = Path(__file__).parent / "templates"
 FIGURE_CAPTIONS = {
@@ -240,7 +238,7 @@ def summary_json(data: ReportData) -> dict[str, Any]:
                 "online_code_seconds": t.online_code,
                 "conditional_seconds": t.conditional,
             }
-            for t in measure_times(data.online_codes, data.conditional_cells)
+            for t in measure_times(data.online_codes, data.conditional_cells, data.display)
         ],
         "polysemy": {
             "contextual_layers": data.polysemy_layers,
@@ -477,7 +475,7 @@ def plot_csvs(data: ReportData) -> dict[str, str]:
             for row in table
         ]
         files["validation_perplexity.csv"] = "\n".join(lines) + "\n"
-    features = ordered({f for _, f, _ in data.cells}, FEATURE_ORDER)
+    features = data.display.ordered_features({f for _, f, _ in data.cells})
     for task in dict.fromkeys(t for t, _, _ in data.cells):
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +45,17 @@ from torch.utils.data import DataLoader, Sampler
 
 from elmolab.elmo import batch_to_ids
 from elmolab.errors import ElmolabError
-from elmolab.extract import encoder_files
 from elmolab.fsutil import atomic_dir, write_json
 from elmolab.hardware import peak_memory
 from elmolab.io.features import feature_path
 from elmolab.io.results import METRICS_FILE, PREDICTIONS_FILE, SEED_PREFIX
+from elmolab.models.encoder_files import encoder_files
 from elmolab.probing.datasets import FeatureDataset, standardize_layers
 from elmolab.probing.metrics import LabelVocabulary
-from elmolab.probing.tasks import DataCatalog, SplitSource, TaskConfig, read_split_features
+from elmolab.probing.tasks import DataCatalog, SplitSource, check_task, read_split_features
 from elmolab.probing.tasks import task_labels as read_task_labels
 from elmolab.report.stats import paired_t_test
+from elmolab.schema import BASELINE, FINETUNE_PREFIX, MIX_PREFIX, TaskConfig, TaskModelConfig
 from elmolab.taskmodel.data import (
     LengthSortedBatches,
     PadBatch,
@@ -71,88 +72,29 @@ from elmolab.taskmodel.model import (
 
 log = logging.getLogger("elmolab.taskmodel")
 
-BASELINE = "baseline"
-MIX_PREFIX = "elmo_"
-FINETUNE_PREFIX = "finetune_"
 TABLE_FILE = "table.md"
 ROLES = ("train", "dev", "test")
 # Batches of similar length are cut from runs of this many batches' sentences (less padding).
 BUCKET_BATCHES = 50
 
 
-@dataclass
-class TaskModelConfig:
-    """Schema of the ``taskmodel`` section (``conf/taskmodel/default.yaml`` gives every value)."""
-
-    name: str  # the task's name in the results
-    train: str  # "<dataset>/<split>", the dataset a key of extract.datasets
-    dev: str  # selects the epoch
-    test: str  # scored once, with the best dev state
-    field: str  # the label field of the reader's sentence records
-    unseen: str  # a dev/test tag absent from train: raise or keep
-    features_dir: str  # the extract stage's folder: <features_dir>/<encoder>/<dataset>/
-    token_encoder: str  # whose layer 0 is every input's context-free vector
-    mix_encoders: list[str]  # one ELMo input per encoder
-    seeds: list[int]
-    max_epochs: int
-    patience: int  # epochs without a better dev F1 before stopping
-    batch_size: int  # sentences per training batch
-    eval_batch_size: int  # sentences per evaluation batch
-    lr: float  # Adam's learning rate of the tagger
-    mix_lr: float  # Adam's learning rate of the mix (its weights and gamma)
-    l2_lambda: float  # the mix weights' L2 penalty
-    word_dim: int  # the learned word embedding's width (0: none)
-    min_word_count: int  # training words seen fewer times share the unknown word's vector
-    hidden_dim: int  # LSTM cells per direction
-    lstm_layers: int
-    dropout: float
-    gradient_clip: float  # clip the gradient's norm at this
-    standardize: bool  # each layer's dimensions by their train mean and deviation
-    num_threads: int  # torch threads
-    finetune_encoders: list[str]  # one fine-tuned input per encoder (its biLM trains too)
-    finetune_lr: float  # Adam's learning rate of a fine-tuned biLM's parameters
-    inputs: list[str] = field(default_factory=list)  # filled in: baseline, elmo_<encoder>, ...
-
-    def __post_init__(self) -> None:
-        self.inputs = [
-            BASELINE,
-            *(MIX_PREFIX + name for name in self.mix_encoders),
-            *(FINETUNE_PREFIX + name for name in self.finetune_encoders),
-        ]
-
-    def task(self) -> TaskConfig:
-        """The task's splits and labels as a probing task (span F1 on a token field)."""
-        task = TaskConfig(
-            name=self.name,
-            kind="token",
-            train=self.train,
-            dev=self.dev,
-            test=self.test,
-            field=self.field,
-            metric="span_f1",
-            unseen=self.unseen,
-            control_seed=None,
-            wordnet=None,
-            family="semantic",
-        )
-        task.check()
-        return task
-
-    def check(self) -> None:
-        """Reject settings that cannot run, naming the key."""
-        if not self.seeds:
-            raise ElmolabError("taskmodel.seeds: at least one seed")
-        for key in ("mix_encoders", "finetune_encoders"):
-            names = getattr(self, key)
-            if len(set(names)) != len(names):
-                raise ElmolabError(f"taskmodel.{key}: repeated names in {names}")
-        if self.finetune_encoders and not self.finetune_lr > 0:
-            raise ElmolabError(f"taskmodel.finetune_lr: {self.finetune_lr} is not positive")
-        for key in ("max_epochs", "batch_size", "eval_batch_size", "hidden_dim", "lstm_layers"):
-            if getattr(self, key) < 1:
-                raise ElmolabError(f"taskmodel.{key}: must be at least 1")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ElmolabError(f"taskmodel.dropout: {self.dropout} is not in [0, 1)")
+def probing_task(config: TaskModelConfig) -> TaskConfig:
+    """The task's splits and labels as a probing task (span F1 on a token field)."""
+    task = TaskConfig(
+        name=config.name,
+        kind="token",
+        train=config.train,
+        dev=config.dev,
+        test=config.test,
+        field=config.field,
+        metric="span_f1",
+        unseen=config.unseen,
+        control_seed=None,
+        wordnet=None,
+        family="semantic",
+    )
+    check_task(task)
+    return task
 
 
 @dataclass(frozen=True)
@@ -169,7 +111,7 @@ class TaskData:
 
 def load_task_data(config: TaskModelConfig, catalog: DataCatalog) -> TaskData:
     """Read the splits, their tags and the token encoder's layer 0 (standardized as configured)."""
-    task = config.task()
+    task = probing_task(config)
     sources = {role: catalog.read(*ref) for role, ref in task.split_refs().items()}
     labels = read_task_labels(task, sources)
     words = WordVocabulary((s.tokens for s in sources["train"].sentences), config.min_word_count)

@@ -34,7 +34,7 @@ import shutil
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ from elmolab.fsutil import atomic_dir, atomic_hdf5, atomic_path, write_json
 from elmolab.hardware import choose_precision, peak_memory
 from elmolab.io.results import CURVE_COLUMNS, CURVE_FILE, METRICS_FILE
 from elmolab.models.bilm_tf import export_bilm, save_bilm_checkpoint
+from elmolab.schema import ModelConfig, PretrainConfig, TrainerConfig
 from elmolab.text.vocab import Vocabulary
 from elmolab.training.data import LMDataModule
 from elmolab.training.module import BiLMPretrainer, count_parameters
@@ -78,71 +79,6 @@ def _quiet_lightning() -> None:
     for message in _IRRELEVANT_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropTips())
-
-
-@dataclass
-class SoftmaxConfig:
-    kind: str
-    n_negative_samples: int
-    adaptive_cutoffs: list[int]
-    share_negatives: bool = False
-
-
-@dataclass
-class LrScheduleConfig:
-    kind: str = "constant"
-    warmup_steps: int = 0
-    final_fraction: float = 0.0
-
-
-@dataclass
-class PretrainConfig:
-    """Schema of the ``pretrain`` config section (values and reasons: conf/pretrain/)."""
-
-    batch_size: int
-    unroll_steps: int
-    softmax: SoftmaxConfig
-    optimizer: dict[str, Any]
-    scale_loss_by_unroll_steps: bool
-    zero_state_share: float
-    lr_schedule: LrScheduleConfig
-    gradient_clip_val: float | None
-    max_steps: int | None
-    max_epochs: int | None
-    max_time: str | None
-    val_every_n_steps: int
-    limit_val_batches: int | None
-    checkpoint_every_n_steps: int
-    lstm_path: str = "auto"
-
-
-@dataclass
-class TrainerConfig:
-    """Schema of the ``trainer`` config section (conf/trainer/)."""
-
-    accelerator: str
-    devices: Any
-    num_nodes: int
-    strategy: str
-    precision: str
-    num_threads: int | None
-    log_every_n_steps: int
-    enable_progress_bar: bool
-    deterministic: bool
-
-
-@dataclass
-class ModelConfig:
-    """Schema of the ``model`` section: bilm-tf's options.json plus a preset name."""
-
-    name: str
-    lstm: dict[str, Any]
-    char_cnn: dict[str, Any]
-    dropout: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def options(self) -> dict[str, Any]:
-        return {"lstm": self.lstm, "char_cnn": self.char_cnn, "dropout": self.dropout}
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -25,8 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from omegaconf import DictConfig
+
+from elmolab.config import run_stage, section
 from elmolab.errors import ElmolabError
 from elmolab.fsutil import atomic_dir, write_json
+from elmolab.schema import CorpusConfig
 from elmolab.text.chars import SPECIAL_TOKENS
 from elmolab.text.corpus import CorpusSource, open_source
 from elmolab.text.vocab import build_vocabulary
@@ -34,27 +38,6 @@ from elmolab.text.vocab import build_vocabulary
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "valid", "test")
-
-
-@dataclass
-class SourceConfig:
-    reader: str
-    path: str
-
-
-@dataclass
-class CorpusConfig:
-    """Schema of the ``corpus`` config section (the values and their reasons live in conf/)."""
-
-    sources: dict[str, SourceConfig | None]
-    valid_fraction: float
-    test_fraction: float
-    max_sentence_tokens: int
-    min_sentence_tokens: int
-    vocab_max_size: int | None
-    vocab_min_count: int
-    shard_sentences: int
-    max_documents: int | None = None
 
 
 @dataclass
@@ -296,3 +279,14 @@ class _UnigramModel:
             log_p = (math.log(known + 1) if known else self.log_unk) - self.log_denom
             total -= count * log_p
         return total
+
+
+def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+    """The stage: ``corpus`` -> ``out_dir``."""
+    return prepare_corpus(section(cfg, "corpus", CorpusConfig), out_dir, seed=cfg.seed)
+
+
+def main(conf_dir: Path, argv: list[str] | None = None) -> None:
+    """``pipelines/prepare.py``: under DVC ``--params params.yaml`` writes ``artifacts/corpus/``;
+    ad hoc (``corpus.vocab_max_size=10000``) a Hydra run folder."""
+    run_stage(run, stage="corpus", conf_dir=conf_dir, argv=argv)

@@ -33,18 +33,17 @@ those files even where the features come out the same.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from omegaconf.errors import ValidationError
+from omegaconf import DictConfig
 
+from elmolab.config import run_stage, section
 from elmolab.embed import DEFAULT_BATCH_SIZE, embed_sentences
 from elmolab.errors import ElmolabError
 from elmolab.failpoints import failpoint
@@ -58,200 +57,18 @@ from elmolab.io.features import (
     split_path,
     units_path,
 )
-from elmolab.models.bilm import BiLM, BiLMOptions
-from elmolab.models.bilm_tf import checkpoint_options, load_bilm, load_bilm_from_checkpoint
+from elmolab.models.bilm import BiLM
 from elmolab.models.controls import token_layer_digest
-from elmolab.probing.tasks import (
-    DataCatalog,
-    DatasetConfig,
-    SplitSource,
-    dataset_digest,
-    multiword_parts,
+from elmolab.models.encoder_files import EncoderFiles, encoder_files
+from elmolab.probing.tasks import DataCatalog, SplitSource, dataset_digest, multiword_parts
+from elmolab.schema import (
+    ExtractConfig,
 )
+from elmolab.tracking import init_run, run_tags
 
-log = logging.getLogger("elmolab.extract")
+log = logging.getLogger("elmolab.stages.extract")
 
 OPTIONS, WEIGHTS = "options.json", "weights.hdf5"  # bilm-tf's files: what dvc.yaml tracks
-CHECKPOINT = "model.pt"  # the pretraining stage's checkpoint, used without those two files
-# bilm-tf's files by role: the keys of an encoder's mapping form, and (as ``*<name>``) the names
-# a folder's files may end with.
-BILM_TF_FILES = {"options": OPTIONS, "weights": WEIGHTS}
-
-# An encoder as configured: a biLM folder, or {options: <file>, weights: <file>}.
-EncoderSource = str | os.PathLike[str] | Mapping[str, str]
-
-
-@dataclass
-class ExtractConfig:
-    """Schema of the ``extract`` section (``conf/extract/default.yaml`` gives every value)."""
-
-    encoders: dict[str, Any]  # name -> biLM folder, or {options: <file>, weights: <file>}
-    datasets: dict[str, DatasetConfig]  # name -> format and split files
-    encoder: str | None  # only this one of ``encoders``; None: all
-    dataset: str | None  # only this one of ``datasets`` (DVC: a stage per dataset); None: all
-    batch_size: int  # sentences per batch
-    stateful: bool  # carry LSTM states between batches (bilm-tf), file order
-    dtype: str  # storage type: float16 or float32
-    num_threads: int  # torch intra-op threads
-    device: str  # cpu, cuda, cuda:<n>, or auto (cuda when available)
-    max_sentences: int | None  # the first this-many sentences of each split (None: all)
-    # bilm-tf models from elsewhere (a published ELMo), name -> folder: extracted only when
-    # ``encoder`` names one, each in a study of its own (``elmolab.config.external_study``)
-    external: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        # OmegaConf cannot type "a string or a mapping of two strings"; the shape is checked here,
-        # raised as OmegaConf's own error so that ``elmolab.config.section`` names the config file
-        # and key as it does for any other value of the wrong type. Files are checked at extraction
-        # (the probe stage reads this section too, and needs no biLM).
-        for name, source in self.encoders.items():
-            if not _is_encoder_source(source):
-                error = ValidationError(
-                    f"expected a biLM folder or {{options: <file>, weights: <file>}},"
-                    f" got {source!r}"
-                )
-                error.full_key = f"encoders.{name}"
-                raise error
-        for name, folder in self.external.items():
-            if name in self.encoders or not _is_path(folder):
-                error = ValidationError(
-                    f"{name!r} is also one of extract.encoders: give the external one another name"
-                    if name in self.encoders
-                    else f"expected the folder of a bilm-tf model, got {folder!r}"
-                )
-                error.full_key = f"external.{name}"
-                raise error
-
-    def selected_encoders(self) -> dict[str, tuple[str, EncoderSource]]:
-        """The encoders to extract, name -> (config key, source): ``encoder`` alone (one of
-        ``encoders`` or ``external``), else every one of ``encoders``."""
-        named = {name: (f"extract.encoders.{name}", s) for name, s in self.encoders.items()}
-        if self.encoder is None:
-            return named
-        named |= {name: (f"extract.external.{name}", s) for name, s in self.external.items()}
-        if self.encoder not in named:
-            raise ElmolabError(
-                f"extract.encoder: {self.encoder!r} is not one of extract.encoders or"
-                f" extract.external ({', '.join(named)})"
-            )
-        return {self.encoder: named[self.encoder]}
-
-    def catalog(self) -> DataCatalog:
-        """The datasets as the probe stage must read them to match these features."""
-        return DataCatalog(self.datasets, self.max_sentences)
-
-
-@dataclass(frozen=True)
-class EncoderFiles:
-    """The files an encoder's biLM is read from: bilm-tf's ``options`` and ``weights``, or an
-    elmolab ``checkpoint``. ``model`` is what extract.json (and the run's lineage) names as the
-    model: the encoder's folder, or its weights file when the files are named directly."""
-
-    model: Path
-    options: Path | None = None
-    weights: Path | None = None
-    checkpoint: Path | None = None
-
-    def load(self) -> BiLM:
-        """The biLM, in eval mode."""
-        if self.checkpoint is not None:
-            return load_bilm_from_checkpoint(self.checkpoint)
-        assert self.options is not None and self.weights is not None
-        return load_bilm(self.options, self.weights)
-
-    def options_only(self) -> BiLMOptions:
-        """The biLM's options, without reading its weights (a checkpoint is memory-mapped)."""
-        if self.checkpoint is None:
-            assert self.options is not None
-            return BiLMOptions.from_json(self.options)
-        return checkpoint_options(self.checkpoint)
-
-    def paths(self) -> dict[str, str]:
-        """The files read, by role (for extract.json: which files a folder resolved to)."""
-        roles = {"options": self.options, "weights": self.weights, "checkpoint": self.checkpoint}
-        return {role: str(path) for role, path in roles.items() if path is not None}
-
-
-def encoder_files(source: EncoderSource, key: str = "the encoder") -> EncoderFiles:
-    """The files of an encoder, checked to exist; ``key`` names it in errors
-    (``extract.encoders.<name>``).
-
-    A mapping names bilm-tf's two files. A folder holds, in this order of preference: bilm-tf's
-    ``options.json`` + ``weights.hdf5`` (what the pretrain stage writes), an elmolab ``model.pt``,
-    or exactly one ``*options.json`` and one ``*weights.hdf5`` under any names (a published ELMo's
-    ``elmo_..._options.json``, bilm-tf's ``lm_weights.hdf5``). Every problem is one ElmolabError
-    naming the path: a missing folder or file, a folder without a biLM, two candidates for a file.
-    """
-    if isinstance(source, Mapping):
-        if not _is_encoder_source(source):
-            raise ElmolabError(
-                f"{key}: expected {{options: <file>, weights: <file>}}, got {source!r}"
-            )
-        options, weights = (_named_file(Path(source[role]), role, key) for role in BILM_TF_FILES)
-        return EncoderFiles(weights, options=options, weights=weights)
-    folder = Path(source)
-    if not folder.is_dir():
-        problem = "not a folder" if folder.exists() else "no such folder"
-        raise ElmolabError(
-            f"{problem} ({key}: a biLM folder, e.g. the pretrain stage's, or"
-            " {options: <file>, weights: <file>})",
-            folder,
-        )
-    if (folder / OPTIONS).is_file() and (folder / WEIGHTS).is_file():
-        return EncoderFiles(folder, options=folder / OPTIONS, weights=folder / WEIGHTS)
-    if (folder / CHECKPOINT).is_file():
-        return EncoderFiles(folder, checkpoint=folder / CHECKPOINT)
-    options, weights = (_candidate(folder, role, key) for role in BILM_TF_FILES)
-    if options is not None and weights is not None:
-        return EncoderFiles(folder, options=options, weights=weights)
-    if options is not None or weights is not None:
-        have, lacking = (options, WEIGHTS) if options is not None else (weights, OPTIONS)
-        problem = f"{have.name} but no *{lacking} beside it (nor {CHECKPOINT})"
-    else:
-        problem = f"expected *{OPTIONS} and *{WEIGHTS} (bilm-tf), or {CHECKPOINT} (pretrain stage)"
-    raise ElmolabError(f"no biLM ({key}): {problem}", folder)
-
-
-def load_encoder(source: EncoderSource) -> BiLM:
-    """The biLM of an encoder (see :func:`encoder_files`): any bilm-tf model, e.g. a published
-    ELMo, or an elmolab ``model.pt``."""
-    return encoder_files(source).load()
-
-
-def _is_encoder_source(source: Any) -> bool:
-    """Whether ``source`` has an encoder's shape: a non-empty path, or a mapping of exactly
-    ``options`` and ``weights`` to non-empty paths."""
-    if isinstance(source, Mapping):
-        return sorted(source) == sorted(BILM_TF_FILES) and all(
-            _is_path(source[role]) for role in BILM_TF_FILES
-        )
-    return _is_path(source)
-
-
-def _is_path(value: Any) -> bool:
-    return isinstance(value, os.PathLike) or (isinstance(value, str) and bool(value))
-
-
-def _named_file(path: Path, role: str, key: str) -> Path:
-    """A file named by the mapping form, which must exist."""
-    if not path.is_file():
-        problem = "not a file" if path.exists() else "no such file"
-        raise ElmolabError(f"{problem} ({key}.{role}: bilm-tf's {role} file)", path)
-    return path
-
-
-def _candidate(folder: Path, role: str, key: str) -> Path | None:
-    """The one ``*options.json`` (``*weights.hdf5``) file in ``folder``, or None; two or more
-    are an error, since which one belongs to the model cannot be told."""
-    paths = sorted(path for path in folder.glob(f"*{BILM_TF_FILES[role]}") if path.is_file())
-    if len(paths) > 1:
-        names = ", ".join(path.name for path in paths)
-        raise ElmolabError(
-            f"{len(paths)} bilm-tf {role} files ({names}) for {key}: keep one, or name the files"
-            " as {options: <file>, weights: <file>}",
-            folder,
-        )
-    return paths[0] if paths else None
 
 
 def extract(config: ExtractConfig, out_dir: Path) -> dict[str, dict[str, Any]]:
@@ -439,3 +256,29 @@ def _check_units(source: SplitSource) -> None:
                 what = "instance id" if source.format.is_wsd else "token"
                 line = None if source.token_lines is None else source.token_lines[i][j]
                 raise ElmolabError(f"{what} {unit!r} contains whitespace", source.path, line)
+
+
+def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+    """The stage: the selected datasets and encoders of ``extract`` -> ``out_dir``."""
+    config = section(cfg, "extract", ExtractConfig)
+    tags = run_tags(encoder=config.encoder, dataset=config.dataset)
+    with init_run(cfg, job_type="extract", tags=tags) as tracked:
+        summaries = extract(config, out_dir)
+        for encoder, datasets in summaries.items():
+            model = next(iter(datasets.values()))["model"] if datasets else None
+            if model is not None:
+                tracked.add_input(f"bilm-{encoder}", "model", Path(model))
+            for dataset, summary in datasets.items():
+                name = f"features-{encoder}-{dataset}"
+                tracked.add_output(name, "features", out_dir / encoder / dataset)
+                tracked.summarize({f"{encoder}/{dataset}/wall_seconds": summary["wall_seconds"]})
+    return summaries
+
+
+def main(conf_dir: Path, argv: list[str] | None = None) -> None:
+    """``pipelines/extract.py``: under DVC ``--params params.yaml extract.dataset=ud_english_ewt``
+    writes ``artifacts/features/<encoder>/ud_english_ewt/`` for every encoder (one DVC stage per
+    dataset; without it every dataset); ``--external <name>`` extracts a bilm-tf model
+    from elsewhere into its own study. Ad hoc (``extract.max_sentences=200``): a Hydra run
+    folder."""
+    run_stage(run, stage="features", conf_dir=conf_dir, argv=argv)

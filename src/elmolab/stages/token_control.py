@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig
+
+from elmolab.config import run_stage
 from elmolab.errors import ElmolabError
 from elmolab.fsutil import atomic_dir, write_json
 from elmolab.models.bilm_tf import export_bilm, load_bilm_from_checkpoint, save_bilm_checkpoint
@@ -51,3 +54,14 @@ def token_layer_control(source_dir: Path, out_dir: Path, seed: int) -> dict[str,
         metrics["wall_seconds"] = round(time.perf_counter() - started, 1)
         write_json(tmp / "metrics.json", metrics)
     return metrics
+
+
+def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+    """The stage: the control of ``<paths.artifacts>/bilm`` -> ``out_dir``."""
+    return token_layer_control(Path(cfg.paths.artifacts) / "bilm", out_dir, seed=cfg.seed)
+
+
+def main(conf_dir: Path, argv: list[str] | None = None) -> None:
+    """``pipelines/token_control.py``: under DVC ``--params params.yaml`` reads
+    ``artifacts/bilm/`` and writes ``artifacts/bilm_token/`` (encoder ``token_only``)."""
+    run_stage(run, stage="bilm_token", conf_dir=conf_dir, argv=argv)

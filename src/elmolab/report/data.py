@@ -1,0 +1,71 @@
+"""The report's data model: everything the sections, figures and writers show, computed once by
+:func:`elmolab.report.build.gather` from what the other stages wrote (:mod:`.collect`) and the
+statistics over it (:mod:`.stats`, :mod:`.information`), with the study's :class:`Display`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from elmolab.report.collect import CONTROL_SUFFIX, Display, Inputs
+from elmolab.report.information import CodeCell, Gain
+from elmolab.report.polysemy import WordNeighbours
+from elmolab.report.stats import Cell, Comparison, EncoderComparison, LayerGap, Selectivity
+from elmolab.schema import SignificanceConfig
+
+
+@dataclass(frozen=True)
+class CodeVersion:
+    commit: str  # "unknown" outside git
+    dirty: bool | None  # uncommitted changes (tracked or untracked files); None when unknown
+
+    def __str__(self) -> str:
+        if self.dirty is None:
+            return self.commit
+        return self.commit + (" (uncommitted changes)" if self.dirty else "")
+
+
+@dataclass
+class ReportData:
+    """Everything the writers show."""
+
+    title: str
+    inputs: Inputs
+    cells: dict[tuple[str, str, str], Cell]
+    comparisons: list[Comparison]
+    selectivity: list[Selectivity]
+    # The trained biLM against its token layer under random LSTMs, per task and feature mode.
+    token_comparisons: list[EncoderComparison]
+    # The trained biLM against the random-initialisation control, per task and feature mode.
+    random_comparisons: list[EncoderComparison]
+    # (task, features, encoder, training fraction) -> runs, for the probe learning curves.
+    curve_cells: dict[tuple[str, str, str, float], Cell]
+    curve_comparisons: list[EncoderComparison]  # as token_comparisons, per training fraction
+    polysemy: list[WordNeighbours]
+    polysemy_layers: list[int]
+    params_yaml: str
+    version: CodeVersion
+    significance: SignificanceConfig
+    # The information measures (report.information): online codes by (task, features, encoder),
+    # the conditional probes by (task, "layer0+<mode>", encoder), their information beyond layer 0.
+    online_codes: dict[tuple[str, str, str], CodeCell] = field(default_factory=dict)
+    conditional_cells: dict[tuple[str, str, str], Cell] = field(default_factory=dict)
+    gains: list[Gain] = field(default_factory=list)
+    # The layer panel: each task's family (grid.tasks.<task>.family), and layer 2 minus layer 1
+    # per task and encoder.
+    families: dict[str, str] = field(default_factory=dict)
+    layer_gaps: list[LayerGap] = field(default_factory=list)
+    # The task model stage's summary (elmolab.taskmodel.stage.summarize), None if it has not run.
+    taskmodel: dict | None = None
+    # How tasks, feature modes and encoders are ordered and named (conf/: grid.tasks,
+    # probe.encoders, report.encoders).
+    display: Display = field(default_factory=Display)
+
+    @property
+    def tasks(self) -> list[str]:
+        """Probing tasks in display order, control tasks excluded."""
+        names = dict.fromkeys(task for task, _, _ in self.cells)
+        return [task for task in names if not task.endswith(CONTROL_SUFFIX)]
+
+    @property
+    def encoders(self) -> list[str]:
+        return list(dict.fromkeys(encoder for _, _, encoder in self.cells))

@@ -1,0 +1,90 @@
+"""The probe stage: one cell of the grid, a task of ``grid.tasks``, with every feature mode on
+every encoder (config: ``probe``, ``grid``, and ``extract``'s datasets; the library is
+:mod:`elmolab.probing`).
+
+Under DVC a cell runs every feature mode of ``grid.features`` and every seed of ``grid.seeds``:
+``python pipelines/probe.py --params params.yaml task=upos`` writes
+``artifacts/probes/upos/<features>/<encoder>/seed<k>/``. Ad hoc or as a sweep, each job runs the
+task ``task`` (a key of ``grid.tasks``) with the one feature mode ``features`` and the one seed
+``seed``::
+
+    python pipelines/probe.py -m task=upos,chunk features=layer0,scalar_mix seed=1,2,3
+
+writes ``multirun/<time>/<job>/probes/<task>/<features>/<encoder>/seed<k>/``. A task's settings
+live in ``grid.tasks.<name>`` only (``conf/tasks/<name>.yaml``, placed there by ``conf/grid/``):
+override them there, e.g. ``grid.tasks.upos.mdl=true``. Both read the cached features of
+``probe.features_dir``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from elmolab.config import run_stage, section
+from elmolab.errors import ElmolabError
+from elmolab.probing.runner import feature_modes, run_cell
+from elmolab.probing.tasks import data_catalog
+from elmolab.schema import ExtractConfig, FeaturesConfig, GridConfig, ProbeSettings, TaskConfig
+from elmolab.tracking import init_run, run_tags
+
+
+def grid_task(cfg: DictConfig) -> TaskConfig:
+    """The task ``task`` names, as ``grid.tasks`` holds it."""
+    name = cfg.task
+    tasks = section(cfg, "grid", GridConfig).tasks
+    if name not in tasks:
+        raise ElmolabError(f"task {name!r} is not one of grid.tasks ({', '.join(tasks)})")
+    if tasks[name].name != name:
+        raise ElmolabError(
+            f"grid.tasks.{name}.name is {tasks[name].name!r}: a cell's results folder is its"
+            " task's name, so the two must be the same"
+        )
+    return tasks[name]
+
+
+def run_modes(cfg: DictConfig, out_dir: Path, modes: Sequence[str], seeds: Sequence[int]) -> dict:
+    """The task ``task`` with feature ``modes`` and ``seeds`` on every encoder -> ``out_dir``."""
+    task = grid_task(cfg)
+    catalog = data_catalog(section(cfg, "extract", ExtractConfig))
+    settings = section(cfg, "probe", ProbeSettings)
+
+    def start_run(fields: dict[str, Any]):
+        seed = "" if fields["seed"] is None else f"/seed{fields['seed']}"
+        fraction = fields.get("train_fraction", 1.0)
+        curve = "" if fraction == 1.0 else f"/fraction_{fraction:g}"
+        name = f"probe@{task.name}/{fields['features']}/{fields['encoder']}{seed}{curve}"
+        return init_run(cfg, job_type="probe", name=name, tags=run_tags(**fields), config=fields)
+
+    cell_dir = out_dir / task.name
+    results = run_cell(task, modes, catalog, settings, seeds, cell_dir, start_run)
+    return {"cell": str(cell_dir), "runs": len(results)}
+
+
+def run_grid(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> dict:
+    """Under DVC: the cell of ``task`` (``task=<name>``), every feature mode of the grid
+    (``conf/features/<name>.yaml``), every seed."""
+    grid = section(cfg, "grid", GridConfig)
+    return run_modes(cfg, out_dir, feature_modes(conf_dir, grid.features), grid.seeds)
+
+
+def run_one(cfg: DictConfig, out_dir: Path) -> dict:
+    """Ad hoc or one job of a sweep: the composed ``task``, ``features`` and ``seed``."""
+    return run_modes(cfg, out_dir, [section(cfg, "features", FeaturesConfig).mode], [cfg.seed])
+
+
+def main(conf_dir: Path, argv: list[str] | None = None) -> None:
+    """``pipelines/probe.py``: ``--params params.yaml task=<name>`` under DVC (``--external
+    <name>``: that model's study), else Hydra overrides (see the module docstring)."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--params"]:
+        fn = functools.partial(run_grid, conf_dir=conf_dir)
+        run_stage(fn, stage="probes", conf_dir=conf_dir, argv=argv)
+    else:
+        run_stage(run_one, stage="probes", conf_dir=conf_dir, argv=argv)

@@ -1,0 +1,47 @@
+"""The report stage: every stage's results -> one self-contained report (config: ``report``; the
+library is :mod:`elmolab.report`).
+
+Output (``artifacts/report/``): ``index.html``, ``figures/``, ``summary.md``, ``summary.json``,
+``metrics.json`` and ``plots/``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from elmolab.config import run_stage, section
+from elmolab.report import gather, write_report
+from elmolab.report.collect import Display
+from elmolab.schema import ReportConfig
+from elmolab.tracking import redact
+
+
+def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+    """The stage: the results named by ``report.inputs`` -> ``out_dir``."""
+    config = section(cfg, "report", ReportConfig)
+    params = OmegaConf.to_yaml(redact(OmegaConf.to_container(cfg, resolve=True)))
+    # Each task's family groups the layer panel (a task file's `family`, composed into grid.tasks);
+    # the grid's order is the report's, and so is probe.encoders's.
+    tasks = OmegaConf.select(cfg, "grid.tasks", default=None) or {}
+    families = {name: task.get("family") for name, task in tasks.items()}
+    encoders = OmegaConf.select(cfg, "probe.encoders", default=None) or []
+    data = gather(
+        config,
+        f"{cfg.study}: what the biLM's layers know",
+        params,
+        seed=cfg.seed,
+        cwd=Path.cwd(),
+        families=families,
+        display=Display.of(config.encoders, tasks, encoders),
+    )
+    return write_report(data, config, out_dir)
+
+
+def main(conf_dir: Path, argv: list[str] | None = None) -> None:
+    """``pipelines/report.py``: under DVC ``--params params.yaml`` writes ``artifacts/report/``
+    (``--external <name>``: that model's study); ad hoc (``report.polysemy.enabled=false``) a
+    Hydra run folder."""
+    run_stage(run, stage="report", conf_dir=conf_dir, argv=argv)

@@ -1,0 +1,33 @@
+"""The task-model stage: ELMo's second stage, a BiLSTM-CRF tagger with and without each encoder's
+scalar mix (config: ``taskmodel``, and ``extract``'s datasets; the library is
+:mod:`elmolab.taskmodel`).
+
+Output (``artifacts/taskmodel/``): every input of ``taskmodel.mix_encoders`` and the baseline,
+every seed, and the summary in ``metrics.json`` and ``table.md``. It reads the cached features of
+``taskmodel.features_dir``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from elmolab.config import run_stage, section
+from elmolab.probing.tasks import data_catalog
+from elmolab.schema import ExtractConfig, TaskModelConfig
+from elmolab.taskmodel.stage import run_taskmodel
+
+
+def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+    """The stage: ``taskmodel`` on the cached features -> ``out_dir``."""
+    config = section(cfg, "taskmodel", TaskModelConfig)
+    extract = section(cfg, "extract", ExtractConfig)
+    return run_taskmodel(config, data_catalog(extract), out_dir, extract.encoders)
+
+
+def main(conf_dir: Path, argv: list[str] | None = None) -> None:
+    """``pipelines/taskmodel.py``: under DVC ``--params params.yaml`` writes
+    ``artifacts/taskmodel/``; ad hoc (``taskmodel=full``) a Hydra run folder."""
+    run_stage(run, stage="taskmodel", conf_dir=conf_dir, argv=argv)
