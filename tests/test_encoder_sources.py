@@ -351,7 +351,7 @@ def test_an_external_study_reads_and_writes_its_own_folder_only() -> None:
     assert (study.extract.encoder, study.probe.encoders) == ("elmo_small", ["elmo_small"])
     assert study.probe.features_dir == f"{root}/features"
     inputs = study.report.inputs
-    paths = [inputs.bilm, inputs.bilm_random, inputs.probes, inputs.vocab]
+    paths = [inputs.bilm, inputs.bilm_random, inputs.probes, inputs.polysemy, inputs.taskmodel]
     assert all(path.startswith(f"{root}/") for path in paths) and list(inputs.sources) == []
     with pytest.raises(ElmolabError, match=r"no extract\.external\.nope .*elmo_small"):
         external_study(cfg, "nope")

@@ -25,8 +25,14 @@ LAYERS = (
     ("elmolab.text", "elmolab.io"),
     # the network, and its weight files
     ("elmolab.models",),
-    # what is done with it: pretraining, features, probes
-    ("elmolab.training", "elmolab.embed", "elmolab.elmo", "elmolab.probing"),
+    # what is done with it: pretraining, features, nearest neighbours, probes
+    (
+        "elmolab.training",
+        "elmolab.embed",
+        "elmolab.elmo",
+        "elmolab.polysemy",
+        "elmolab.probing",
+    ),
     # the report and the task model: libraries the stages use
     ("elmolab.report", "elmolab.taskmodel", "elmolab.wandb_report"),
     # the stages (one module each) and the command line

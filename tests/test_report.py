@@ -36,11 +36,11 @@ from scipy import stats as scipy_stats
 from elmolab.config import section
 from elmolab.errors import ElmolabError
 from elmolab.params import compose_params
+from elmolab.polysemy import lexname, parse_example
 from elmolab.report import build as build_module
 from elmolab.report import writers
 from elmolab.report.build import code_version
 from elmolab.report.collect import ProbeRun, collect, read_probe_runs
-from elmolab.report.polysemy import lexname, parse_example
 from elmolab.report.stats import (
     compare_mix_to_best_layer,
     group_cells,
@@ -48,7 +48,7 @@ from elmolab.report.stats import (
     paired_t_test,
     selectivities,
 )
-from elmolab.schema import ReportConfig
+from elmolab.schema import PolysemyConfig, ReportConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -298,7 +298,7 @@ def test_only_trained_runs_and_no_wsd_say_so(tmp_path):
     write_probe_runs(tmp_path / "artifacts" / "probes", encoders=("trained",))
     for path in (tmp_path / "artifacts" / "probes" / "wsd").rglob("*.json"):
         path.unlink()
-    summary, out = build_report(tmp_path, **{"polysemy.enabled": False})
+    summary, out = build_report(tmp_path, polysemy=False)
     missing = " ".join(summary["missing"])
     assert "random encoder" in missing and "no WSD results" in missing
     assert (out / "figures" / "probes_by_task.png").is_file()
@@ -318,7 +318,7 @@ def test_a_failure_leaves_the_previous_report_untouched(tmp_path, monkeypatch):
     monkeypatch.setattr(build_module, "_figures", lambda data: [])  # fast; not under test
     monkeypatch.setattr(writers, "render_markdown", fail)  # after index.html is written
     with pytest.raises(RuntimeError, match="disk full"):
-        build_report(tmp_path, **{"polysemy.enabled": False})
+        build_report(tmp_path, polysemy=False)
     assert [p.name for p in out.iterdir()] == ["index.html"]
     assert (out / "index.html").read_text() == "previous report"
     assert sorted(p.name for p in out.parent.iterdir() if p.name.startswith(".")) == []
@@ -340,7 +340,7 @@ def test_polysemy_examples_mark_one_target_and_sense_keys_name_their_file():
     target = parse_example("The [play] opened .")
     assert target.tokens == ("The", "play", "opened", ".") and target.position == 1
     with pytest.raises(ElmolabError, match=r"words\[0\].*exactly one token"):
-        parse_example("no target here", "report.polysemy.words[0].examples[0]")
+        parse_example("no target here", "polysemy.words[0].examples[0]")
     assert lexname("play%1:10:01::") == "noun.communication"
     assert lexname("play%2:33:00::") == "verb.competition"
     assert lexname("bank%1:17:01::") == "noun.object"
@@ -370,7 +370,8 @@ def test_report_section_composes_and_validates():
     cfg = OmegaConf.create(composed)
     config = section(cfg, "report", ReportConfig)
     assert config.inputs.probes == "artifacts/probes"
-    assert config.polysemy.words[0].word == "play" and len(config.polysemy.words) >= 4
+    polysemy = section(cfg, "polysemy", PolysemyConfig)
+    assert polysemy.words[0].word == "play" and len(polysemy.words) >= 4
     cfg.report.significance.alhpa = 0.01
     with pytest.raises(ElmolabError, match=r"report.significance.alhpa"):
         section(cfg, "report", ReportConfig)
@@ -401,7 +402,7 @@ def test_the_lock_file_dvc_rewrites_during_a_run_is_not_an_uncommitted_change(tm
 
 def test_stage_script_under_dvc_redacts_secrets(tmp_path):
     write_pretraining(tmp_path / "artifacts")
-    cfg = report_config(tmp_path, **{"polysemy.enabled": False})
+    cfg = report_config(tmp_path)
     cfg.logger = {"wandb": {"project": "elmolab", "api_key": "sk-SECRET-123"}}
     cfg.paths.artifacts = str(tmp_path / "artifacts")
     params = tmp_path / "params.yaml"

@@ -111,7 +111,7 @@ def offline_template(tmp_path: Path) -> Path:
 
 def test_dvc_plots_render_offline_with_the_inlined_vega(chromium, tmp_path):
     write_fake_artifacts(tmp_path, model=False)
-    _, report = build_report(tmp_path, **{"polysemy.enabled": False})
+    _, report = build_report(tmp_path, polysemy=False)
     repo = tmp_path / "repo"
     shutil.copytree(report / "plots", repo / "artifacts" / "report" / "plots")
     (repo / "dvc.yaml").write_text(

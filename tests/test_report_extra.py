@@ -165,7 +165,7 @@ def write_complete_artifacts(root: Path) -> Path:
 def complete_report(tmp_path_factory) -> tuple[dict, Path]:
     root = tmp_path_factory.mktemp("complete")
     write_complete_artifacts(root)
-    return build_report(root, **{"polysemy.enabled": False})
+    return build_report(root, polysemy=False)
 
 
 def _run(encoder: str, features: str, seed: int, correct: np.ndarray) -> ProbeRun:
@@ -448,7 +448,7 @@ def test_html_and_markdown_render_every_table_of_one_model(tmp_path):
     ]
     summary = summarize(results, ["baseline", "elmo_trained"])
     write(tmp_path / "artifacts" / "taskmodel" / "metrics.json", summary)
-    data, config = gather_report(tmp_path, **{"polysemy.enabled": False})
+    data, config = gather_report(tmp_path, polysemy=False)
     out = tmp_path / "artifacts" / "report"
     write_report(data, config, out)
     page = html.unescape((out / "index.html").read_text(encoding="utf-8"))

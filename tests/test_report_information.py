@@ -210,9 +210,9 @@ def write_information_artifacts(root: Path) -> Path:
 
 def _build(root: Path):
     """(ReportData, summary.json, report folder) of the report on ``root/artifacts``."""
-    overrides = {"polysemy.enabled": False, "significance.bootstrap_samples": SAMPLES}
-    data, _ = gather_report(root, **overrides)
-    summary, out = build_report(root, **overrides)
+    overrides = {"significance.bootstrap_samples": SAMPLES}
+    data, _ = gather_report(root, polysemy=False, **overrides)
+    summary, out = build_report(root, polysemy=False, **overrides)
     return data, summary, out
 
 
@@ -294,7 +294,7 @@ def test_an_online_code_that_is_no_object_fails_the_stage_before_writing(tmp_pat
     bad = tmp_path / "artifacts" / "probes" / "upos" / "layer2" / "random" / "seed3"
     (bad / "online_code.json").write_text("[1, 2]", encoding="utf-8")
     with pytest.raises(ElmolabError, match=r"online_code\.json: expected a JSON object"):
-        build_report(tmp_path, **{"polysemy.enabled": False})
+        build_report(tmp_path, polysemy=False)
     assert not (tmp_path / "artifacts" / "report").exists()
 
 

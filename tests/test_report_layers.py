@@ -41,7 +41,7 @@ def report(tmp_path_factory) -> tuple[dict, Path]:
     write_probe_runs(root / "token_only", encoders=("token_only",))
     for path in (root / "token_only").rglob("metrics.json"):
         write(root / "artifacts" / "probes" / path.relative_to(root / "token_only"), _load(path))
-    summary, out = build_report(root, **{"polysemy.enabled": False})
+    summary, out = build_report(root, polysemy=False)
     return summary, out
 
 
@@ -213,7 +213,7 @@ def test_layer_gaps_pair_the_seeds_both_layers_have():
 
 def test_a_task_without_a_family_is_an_error_and_nothing_is_written(tmp_path):
     write_fake_artifacts(tmp_path, model=False)
-    cfg = report_config(tmp_path, **{"polysemy.enabled": False})
+    cfg = report_config(tmp_path)
     families = {**FAMILIES, "ner": None}
     with pytest.raises(
         ElmolabError, match=r"grid\.tasks\.ner\.family: task 'ner' has probe results but no family"
@@ -266,7 +266,7 @@ def test_the_first_sense_and_majority_baselines_stand_beside_the_scores(report, 
                     "test_majority_baseline": 0.2312,
                 },
             )
-    cfg = report_config(tmp_path, **{"polysemy.enabled": False})
+    cfg = report_config(tmp_path)
     families = {**FAMILIES, "sentiment": "semantic"}
     config = section(cfg, "report", ReportConfig)
     data = gather(config, "t", OmegaConf.to_yaml(cfg), 1, tmp_path, families, DISPLAY)

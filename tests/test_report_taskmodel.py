@@ -32,7 +32,7 @@ def test_the_task_model_section_shows_every_input_and_its_gain(tmp_path):
     write_fake_artifacts(tmp_path, model=False)
     summary = _summary()
     write(tmp_path / "artifacts" / "taskmodel" / "metrics.json", summary)
-    report, out = build_report(tmp_path, **{"polysemy.enabled": False})
+    report, out = build_report(tmp_path, polysemy=False)
     assert report["taskmodel"] == summary
     gain = np.mean(TEST_F1["elmo_trained"]) - np.mean(TEST_F1["baseline"])
     relative = 100 * gain / (100 - np.mean(TEST_F1["baseline"]))
@@ -48,7 +48,7 @@ def test_the_task_model_section_shows_every_input_and_its_gain(tmp_path):
 
 def test_without_the_task_model_the_report_says_so(tmp_path):
     write_fake_artifacts(tmp_path, model=False)
-    report, out = build_report(tmp_path, **{"polysemy.enabled": False})
+    report, out = build_report(tmp_path, polysemy=False)
     assert report["taskmodel"] is None
     assert any("no task-model results" in line for line in report["missing"])
     assert "## ELMo in a task model" not in (out / "summary.md").read_text()
@@ -59,7 +59,7 @@ def test_the_trained_bilm_is_tested_against_random_init(tmp_path):
     """Every task and mode with both encoders: the trained biLM against the random-init control,
     with the same test as against the token layer, in the report and summary.json."""
     write_fake_artifacts(tmp_path, model=False)
-    report, out = build_report(tmp_path, **{"polysemy.enabled": False})
+    report, out = build_report(tmp_path, polysemy=False)
     comparisons = report["trained_vs_random"]["comparisons"]
     assert comparisons and all(c["p_value"] is not None for c in comparisons)
     first = comparisons[0]

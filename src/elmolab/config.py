@@ -84,7 +84,7 @@ def external_study(cfg: DictConfig, name: str) -> DictConfig:
                 "bilm": f"{root}/bilm",
                 "bilm_random": f"{root}/bilm_random",
                 "probes": f"{root}/probes",
-                "vocab": f"{root}/corpus/vocab.txt",
+                "polysemy": f"{root}/polysemy",  # none: an external study has no polysemy stage
                 "taskmodel": f"{root}/taskmodel",  # none: an external study has no task model
                 "sources": [],
             }

@@ -450,7 +450,7 @@ class TaskModelConfig:
             raise ElmolabError(f"taskmodel.dropout: {self.dropout} is not in [0, 1)")
 
 
-# --- report: the report stage (conf/report/) ---
+# --- polysemy, report: the polysemy and report stages (conf/polysemy/, conf/report/) ---
 
 
 @dataclass
@@ -463,9 +463,11 @@ class PolysemyWord:
 
 @dataclass
 class PolysemyConfig:
-    """Schema of ``report.polysemy`` (values and reasons in conf/report/default.yaml)."""
+    """Schema of the ``polysemy`` section (conf/polysemy/): the ELMo paper's Table 4."""
 
-    enabled: bool
+    bilm: str  # the trained biLM's folder (options.json, weights.hdf5)
+    vocab: str  # the pretraining vocabulary: the candidates of the context-free neighbours
+    semcor: str  # SemCor: the occurrences searched for contextual neighbours
     words: list[PolysemyWord]
     vocab_top_n: int
     neighbours: int
@@ -478,8 +480,7 @@ class InputsConfig:
     bilm: str
     bilm_random: str
     probes: str
-    vocab: str
-    semcor: str
+    polysemy: str  # the polysemy stage's folder (its neighbours.json)
     taskmodel: str  # the task model stage's folder (its metrics.json)
     # More probe results: Hydra multirun or run folders, or probes folders (collect.probe_roots).
     sources: list[str] = field(default_factory=list)
@@ -509,7 +510,6 @@ class ReportConfig:
     significance: SignificanceConfig
     embed_figures: bool
     figure_dpi: int
-    polysemy: PolysemyConfig
     encoders: EncoderRolesConfig
 
 
@@ -537,5 +537,6 @@ SECTIONS: dict[str, Any] = {
     "grid": GridConfig,
     "features": FeaturesConfig,
     "taskmodel": TaskModelConfig,
+    "polysemy": PolysemyConfig,
     "report": ReportConfig,
 }

@@ -2,7 +2,7 @@
 
 ``collect`` reads and validates the inputs, ``stats`` aggregates over seeds and tests the scalar
 mix against the best single layer, ``information`` the information measures (online code,
-information beyond layer 0), ``polysemy`` finds nearest neighbours of polysemous words,
+information beyond layer 0); the polysemy table is the polysemy stage's (:mod:`elmolab.polysemy`).
 ``data`` holds all of it (the data model every renderer reads), ``figures``, ``tables``,
 ``sections`` and ``writers`` produce the files, and ``build`` ties them together.
 """

@@ -12,7 +12,6 @@ Output (replaced whole, and only when complete)::
 
 from __future__ import annotations
 
-import logging
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +20,7 @@ from matplotlib.figure import Figure
 
 from elmolab.errors import ElmolabError
 from elmolab.fsutil import atomic_dir, write_json
+from elmolab.polysemy import TABLE_FILE, PolysemyTable, read_table
 from elmolab.report import figures, tables, writers
 from elmolab.report.collect import (
     CONTROL_SUFFIX,
@@ -35,7 +35,6 @@ from elmolab.report.information import (
     conditional_gains,
     online_code_cells,
 )
-from elmolab.report.polysemy import WordNeighbours, nearest_neighbours
 from elmolab.report.sections import Sections
 from elmolab.report.stats import (
     Cell,
@@ -47,11 +46,6 @@ from elmolab.report.stats import (
     selectivities,
 )
 from elmolab.schema import ReportConfig
-
-log = logging.getLogger(__name__)
-
-OPTIONS_FILE = "options.json"  # in the trained biLM's folder, bilm-tf format
-WEIGHTS_FILE = "weights.hdf5"
 
 
 def code_version(cwd: Path) -> CodeVersion:
@@ -84,7 +78,7 @@ def gather(
     families: Mapping[str, str | None],
     display: Display,
 ) -> ReportData:
-    """Read the inputs and compute the statistics and the polysemy table.
+    """Read the inputs (the polysemy table among them) and compute the statistics.
 
     ``families`` gives each task's family (``grid.tasks.<task>.family``: syntactic, semantic);
     a task with results but no family is an error (the layer panel groups tasks by it).
@@ -102,7 +96,7 @@ def gather(
     curve_cells = learning_curve_cells(inputs.curves, cells, display)
     comparisons = compare_mix_to_best_layer(cells, samples, seed)
     conditional_cells = group_cells(inputs.conditional, display)
-    polysemy = _polysemy(config, inputs.missing) if config.polysemy.enabled else []
+    polysemy = _polysemy(config, inputs.missing)
     lower, upper = LAYER_PANEL
     return ReportData(
         title=title,
@@ -120,8 +114,8 @@ def gather(
         curve_comparisons=compare_encoders(
             curve_cells.values(), display.main, display.token_layer, samples, seed
         ),
-        polysemy=polysemy,
-        polysemy_layers=config.polysemy.contextual_layers,
+        polysemy=polysemy.words,
+        polysemy_layers=polysemy.contextual_layers,
         params_yaml=params_yaml,
         version=code_version(cwd),
         significance=config.significance,
@@ -151,26 +145,16 @@ def task_families(
     return {task: str(families[task]) for task in tasks}
 
 
-def _polysemy(config: ReportConfig, missing: list[str]) -> list[WordNeighbours]:
-    options = Path(config.inputs.bilm) / OPTIONS_FILE
-    weights = Path(config.inputs.bilm) / WEIGHTS_FILE
-    vocab = Path(config.inputs.vocab)
-    absent = [str(path) for path in (options, weights, vocab) if not path.is_file()]
-    if absent:
-        missing.append(f"polysemy table not computed: no {', '.join(absent)}")
-        return []
-    from elmolab.models.bilm_tf import load_bilm
-    from elmolab.text.vocab import Vocabulary
-    from elmolab.text.wsd import read_semcor
-
-    semcor = None
-    if Path(config.inputs.semcor).is_file():
-        log.info("reading SemCor for the polysemy table: %s", config.inputs.semcor)
-        semcor = read_semcor(config.inputs.semcor)
-    else:
-        missing.append(f"no SemCor ({config.inputs.semcor}): polysemy table without contexts")
-    model = load_bilm(options, weights)
-    return nearest_neighbours(model, Vocabulary.from_file(vocab).tokens, semcor, config.polysemy)
+def _polysemy(config: ReportConfig, missing: list[str]) -> PolysemyTable:
+    """The polysemy stage's table, with its notes listed as missing; an empty table (and a line
+    in ``missing``) when the stage has not run."""
+    path = Path(config.inputs.polysemy) / TABLE_FILE
+    if not path.is_file():
+        missing.append(f"polysemy table not computed: no {path} (the polysemy stage has not run)")
+        return PolysemyTable([], [])
+    table = read_table(path)
+    missing.extend(table.notes)
+    return table
 
 
 def write_report(data: ReportData, config: ReportConfig, out_dir: Path) -> dict:

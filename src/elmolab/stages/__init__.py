@@ -10,5 +10,6 @@ explains the two ways a stage runs). The libraries the stages use lie below this
 - :mod:`~elmolab.stages.extract`: every layer's features of every probing dataset, per encoder
 - :mod:`~elmolab.stages.probe`: one task's probes on every feature mode, encoder and seed
 - :mod:`~elmolab.stages.taskmodel`: a tagger with and without ELMo's mix
+- :mod:`~elmolab.stages.polysemy`: nearest neighbours of polysemous words (the ELMo paper's Table 4)
 - :mod:`~elmolab.stages.report`: the tables, figures and HTML report
 """

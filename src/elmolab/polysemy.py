@@ -12,23 +12,38 @@ For each configured word:
 
 The search covers the first ``semcor_max_sentences`` SemCor sentences that contain the lemma.
 Examples mark the target token in brackets: ``"The children [play] football ."``.
+
+The polysemy stage (:mod:`elmolab.stages.polysemy`) computes the table with :func:`table` and
+writes it with :func:`write_table` (``neighbours.json``); the report reads it with
+:func:`read_table`, so the report never runs the biLM.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch.nn import functional as F
 
 from elmolab.embed import embed_sentences
 from elmolab.errors import ElmolabError
+from elmolab.fsutil import atomic_path
 from elmolab.models.bilm import BiLM
 from elmolab.schema import PolysemyConfig
 from elmolab.text.chars import SPECIAL_TOKENS, char_ids_for_sentences
 from elmolab.text.wsd import WsdSentence
+
+log = logging.getLogger(__name__)
+
+TABLE_FILE = "neighbours.json"  # in the polysemy stage's folder
+OPTIONS_FILE = "options.json"  # the trained biLM's, bilm-tf format
+WEIGHTS_FILE = "weights.hdf5"
 
 # WordNet 3.0's lexicographer files, indexed by the lex_filenum field of a sense key.
 LEXNAMES = (
@@ -153,12 +168,12 @@ def nearest_neighbours(
     n_layers = model.options.lstm.n_layers + 1
     if not config.contextual_layers or not all(0 <= j < n_layers for j in config.contextual_layers):
         raise ElmolabError(
-            f"report.polysemy.contextual_layers: {config.contextual_layers} is not a non-empty "
+            f"polysemy.contextual_layers: {config.contextual_layers} is not a non-empty "
             f"list of layers in 0..{n_layers - 1}"
         )
     parsed = [
         [
-            parse_example(text, f"report.polysemy.words[{i}].examples[{j}]")
+            parse_example(text, f"polysemy.words[{i}].examples[{j}]")
             for j, text in enumerate(entry.examples)
         ]
         for i, entry in enumerate(config.words)
@@ -253,3 +268,108 @@ def _contextual(model: BiLM, targets: Sequence[Target], layers: list[int]) -> to
     return torch.stack(
         [outputs[row[t.tokens]][layers, t.position].mean(dim=0) for t in targets]
     )  # (targets, 2 * proj)
+
+
+@dataclass(frozen=True)
+class PolysemyTable:
+    """The polysemy stage's result: a row per word, the layers of its contextual vectors, and
+    what could not be computed (no SemCor: no contexts)."""
+
+    contextual_layers: list[int]
+    words: list[WordNeighbours]
+    notes: list[str] = field(default_factory=list)
+
+
+def table(config: PolysemyConfig) -> PolysemyTable:
+    """The table of ``config``'s words on the biLM of ``config.bilm`` (its ``options.json`` and
+    ``weights.hdf5``) over the vocabulary ``config.vocab``; without SemCor (``config.semcor``) the
+    contextual neighbours are left out and a note says so."""
+    from elmolab.models.bilm_tf import load_bilm
+    from elmolab.text.vocab import Vocabulary
+    from elmolab.text.wsd import read_semcor
+
+    options, weights = Path(config.bilm) / OPTIONS_FILE, Path(config.bilm) / WEIGHTS_FILE
+    for path in (options, weights, Path(config.vocab)):
+        if not path.is_file():
+            raise ElmolabError("no such file: the polysemy table needs the trained biLM", path)
+    notes = []
+    semcor = None
+    if Path(config.semcor).is_file():
+        log.info("reading SemCor for the polysemy table: %s", config.semcor)
+        semcor = read_semcor(config.semcor)
+    else:
+        notes.append(f"no SemCor ({config.semcor}): polysemy table without contexts")
+    model = load_bilm(options, weights)
+    words = nearest_neighbours(model, Vocabulary.from_file(config.vocab).tokens, semcor, config)
+    return PolysemyTable(list(config.contextual_layers), words, notes)
+
+
+def write_table(result: PolysemyTable, path: Path) -> None:
+    """``result`` as JSON at ``path`` (written whole, then renamed into place)."""
+    data = {
+        "contextual_layers": result.contextual_layers,
+        "notes": result.notes,
+        "words": [
+            {
+                "word": w.word,
+                "static": [[word, cosine] for word, cosine in w.static],
+                "semcor_occurrences": w.semcor_occurrences,
+                "notes": w.notes,
+                "examples": [
+                    {
+                        "example": _target_json(e.example),
+                        "neighbours": [
+                            {
+                                **_target_json(n.target),
+                                "sense_key": n.sense_key,
+                                "cosine": n.similarity,
+                            }
+                            for n in e.neighbours
+                        ],
+                    }
+                    for e in w.examples
+                ],
+            }
+            for w in result.words
+        ],
+    }
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def read_table(path: Path) -> PolysemyTable:
+    """The table :func:`write_table` wrote; a file that is not one is an ElmolabError naming it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        words = [
+            WordNeighbours(
+                w["word"],
+                [(word, float(cosine)) for word, cosine in w["static"]],
+                [
+                    ExampleNeighbours(
+                        _target(e["example"]),
+                        [
+                            SenseNeighbour(_target(n), n["sense_key"], float(n["cosine"]))
+                            for n in e["neighbours"]
+                        ],
+                    )
+                    for e in w["examples"]
+                ],
+                int(w["semcor_occurrences"]),
+                list(w["notes"]),
+            )
+            for w in data["words"]
+        ]
+        return PolysemyTable(
+            [int(j) for j in data["contextual_layers"]], words, list(data["notes"])
+        )
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ElmolabError(f"not a polysemy table: {err}", path) from err
+
+
+def _target_json(target: Target) -> dict[str, Any]:
+    return {"tokens": list(target.tokens), "position": target.position}
+
+
+def _target(data: dict[str, Any]) -> Target:
+    return Target(tuple(data["tokens"]), int(data["position"]))

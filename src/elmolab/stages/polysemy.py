@@ -1,0 +1,33 @@
+"""The polysemy stage: the ELMo paper's Table 4 on the trained biLM, the nearest neighbours of
+polysemous words out of context and in context (config: ``polysemy``; the library is
+:mod:`elmolab.polysemy`).
+
+Output (``artifacts/polysemy/``, replaced whole when complete): ``neighbours.json``, which the
+report shows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from elmolab.config import run_stage, section
+from elmolab.fsutil import atomic_dir
+from elmolab.polysemy import TABLE_FILE, table, write_table
+from elmolab.schema import PolysemyConfig
+
+
+def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+    """The stage: the biLM of ``polysemy.bilm`` -> ``out_dir/neighbours.json``."""
+    result = table(section(cfg, "polysemy", PolysemyConfig))
+    with atomic_dir(out_dir) as tmp:
+        write_table(result, tmp / TABLE_FILE)
+    return {"words": len(result.words), "notes": result.notes}
+
+
+def main(conf_dir: Path, argv: list[str] | None = None) -> None:
+    """``pipelines/polysemy.py``: under DVC ``--params params.yaml`` writes
+    ``artifacts/polysemy/``; ad hoc (``polysemy.contextual_layers=[1]``) a Hydra run folder."""
+    run_stage(run, stage="polysemy", conf_dir=conf_dir, argv=argv)
