@@ -3,7 +3,7 @@
 With ``ELMOLAB_FAILPOINT="<name>:<n>"`` in the environment, the process sends itself SIGKILL the
 n-th time (1-based; ``<name>`` alone means the first) execution reaches ``failpoint("<name>")``.
 Unset, a failpoint costs one environment lookup. The fault-injection tests
-(``tests/test_pipeline_e2e.py``) kill stages at exact moments with them: mid-epoch, between a
+(``tests/stages/test_pipeline_e2e.py``) kill stages at exact moments with them: mid-epoch, between a
 checkpoint's temporary file and its rename, mid-validation, between two extracted splits.
 """
 

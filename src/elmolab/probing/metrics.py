@@ -240,7 +240,7 @@ def task_score(
 # Span F1 on label ids, without strings: what the probe engine scores every epoch and every head
 # with. seqeval's default mode reads each sentence tag by tag in Python (about 0.4 s for CoNLL-2000
 # test, times every head of a fit, every epoch); this is the same count in a few tensor ops, and
-# tests/test_span_f1.py checks it against seqeval on random and real tag sequences.
+# tests/probing/test_span_f1.py checks it against seqeval on random and real tag sequences.
 _OUTSIDE, _BEGIN, _INSIDE = 0, 1, 2
 
 

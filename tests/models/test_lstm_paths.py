@@ -28,7 +28,7 @@ from elmolab.text.chars import char_ids_for_sentences
 from elmolab.text.vocab import Vocabulary
 from elmolab.training.data import LMDataModule
 from elmolab.training.pretrain import make_module
-from tests.test_pretrain import STORY, configs, make_corpus
+from tests.training.test_pretrain import STORY, configs, make_corpus
 
 B, T, INPUT, CELL, PROJ, LAYERS = 6, 9, 5, 12, 4, 3
 

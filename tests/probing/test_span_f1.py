@@ -195,7 +195,7 @@ def test_span_f1_of_ids_equals_seqeval_on_random_tags(seed: int, untyped: bool) 
     ],
 )
 def test_span_f1_of_ids_equals_seqeval_on_real_tags(file: str, read, field: str) -> None:
-    path = Path(__file__).resolve().parents[1] / "data" / "probing" / file
+    path = Path(__file__).resolve().parents[2] / "data" / "probing" / file
     if not path.is_file():
         pytest.skip(f"{file} is not pulled (make data)")
     sentences = [getattr(sentence, field) for sentence in read(path)]

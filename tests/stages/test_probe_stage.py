@@ -28,7 +28,7 @@ from elmolab.schema import ExtractConfig, ProbeSettings
 from elmolab.stages.probe import grid_task
 from elmolab.text.wsd import LEXICOGRAPHER_FILES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
 # Few epochs and seeds; the slices of the data are small, so some dev and test labels are not in
 # train: they are kept (as a smoke preset would) rather than an error.

@@ -39,7 +39,7 @@ from elmolab.text.wsd import (
     sense_key_lemma_pos,
 )
 
-PROBING = Path(__file__).resolve().parents[1] / "data" / "probing"
+PROBING = Path(__file__).resolve().parents[2] / "data" / "probing"
 
 
 def data_file(relative: str) -> Path:

@@ -18,7 +18,7 @@ from elmolab.wandb_report import (  # noqa: E402
 )
 
 # The fake results' tasks and metrics, in the local report's display order.
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STUDY = study_display(ROOT / "params.yaml")  # the default study's order of tasks and encoders
 TASK_METRICS = {
     "upos": "accuracy",

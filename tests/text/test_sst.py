@@ -13,7 +13,7 @@ from elmolab.probing.tasks import read_split
 from elmolab.schema import DatasetConfig
 from elmolab.text.sst import SentimentSentence, read_sst, unescape_ptb
 
-PROBING = Path(__file__).resolve().parents[1] / "data" / "probing"
+PROBING = Path(__file__).resolve().parents[2] / "data" / "probing"
 # A hand-made tree: nested labels, -LRB-/-RRB-, an escaped slash and star, PTB quotes.
 TREE = (
     "(3 (2 (2 -LRB-) (2 (2 writer\\/director) (2 -RRB-)))"

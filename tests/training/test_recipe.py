@@ -20,7 +20,7 @@ from elmolab.training import softmax as softmax_module
 from elmolab.training.data import LMDataModule
 from elmolab.training.module import linear_schedule
 from elmolab.training.pretrain import _corpus_stats, fingerprint, make_module, pretrain
-from tests.test_pretrain import configs, losses, make_corpus
+from tests.training.test_pretrain import configs, losses, make_corpus
 
 TF_CLIP_NORM = 10.0
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BASE_PYTHON = Path(sys.base_prefix) / "bin" / "python3"
 
 needs_base_python = pytest.mark.skipif(

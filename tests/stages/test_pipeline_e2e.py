@@ -34,7 +34,7 @@ from elmolab.io.results import reproducible_results
 # a slow 2-core CPU): a hang is still caught, a slow machine is not failed for being slow.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMOKE = "experiment=smoke"
 
 

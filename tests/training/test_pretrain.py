@@ -16,7 +16,7 @@ from elmolab.params import compose_params
 from elmolab.schema import ModelConfig, PretrainConfig, TrainerConfig
 from elmolab.training.pretrain import pretrain, random_control
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 STORY = [
     "the cat sat on the mat .",
@@ -175,7 +175,7 @@ def test_two_cpu_processes_with_ddp_train_and_checkpoint(tmp_path):
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     make_corpus(tmp_path / "artifacts")
     run_dir = tmp_path / "run"
     proc = subprocess.run(

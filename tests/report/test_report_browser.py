@@ -17,7 +17,7 @@ from PIL import Image
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 BUILT_TEMPLATE = ROOT / "build" / "dvc-plots.html"  # make vega-template
 TRAINED_BLUE = (0x1F, 0x5F, 0xA8)  # elmolab.report.figures.ROLE_COLORS["main"]: the trained biLM

@@ -50,7 +50,7 @@ from elmolab.report.stats import (
 )
 from elmolab.schema import PolysemyConfig, ReportConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
 
 

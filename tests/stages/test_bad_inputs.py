@@ -36,7 +36,7 @@ from elmolab.models.bilm import BiLM, BiLMOptions
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = FIXTURE_OPTIONS.parent  # bilm-tf's tiny reference model: options.json, lm_weights.hdf5
 ELMOLAB = Path(sys.executable).with_name("elmolab")  # the console script beside the interpreter
 # Small and fast settings, should a case not fail. The data slices leave some dev and test labels

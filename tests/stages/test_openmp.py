@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PIPELINES = ROOT / "pipelines"
 
 # What a stage does first: its two guard imports, then torch, reporting what OpenMP will read.
