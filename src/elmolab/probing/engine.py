@@ -10,8 +10,8 @@ their first map onto the layers side by side and share one product per minibatch
 couples two heads: a head's gradient is that of its own loss, the optimizer (:class:`HeadAdam`)
 works element by element with a learning rate per head, and each head draws its initialisation
 and dropout from a generator of its own. A head thus trains exactly as it would alone, up to
-rounding (``tests/probing/test_probes.py`` and ``tests/probing/test_trees.py`` check it), at a fraction of the
-per-step overhead of separate runs.
+rounding (``tests/probing/test_probes.py`` and ``tests/probing/test_trees.py`` check it), at a
+fraction of the per-step overhead of separate runs.
 
 Every trained probe kind runs through :func:`fit_heads`, one loop with one early-stopping rule:
 
