@@ -1,6 +1,7 @@
 """The pretrain stage: real Lightning training of a tiny biLM on a tiny corpus."""
 
 import csv
+import dataclasses
 import json
 from pathlib import Path
 
@@ -201,3 +202,22 @@ def test_two_cpu_processes_with_ddp_train_and_checkpoint(tmp_path):
     assert metrics["steps"] == 10
     assert metrics["tokens"] == 10 * 4 * 10 * 2  # two processes, each its own streams
     assert (run_dir / "bilm_checkpoints" / "last.ckpt").is_file()
+
+
+def test_the_trainer_section_is_lightning_s_arguments_under_their_own_names():
+    """Every key of ``trainer`` but torch's threads reaches Lightning's Trainer under its own
+    name, so a key added to conf/trainer/ is a Trainer argument or fails here."""
+    import inspect
+
+    from lightning import pytorch as pl
+
+    from elmolab.hardware import PrecisionChoice
+    from elmolab.training.pretrain import lightning_args
+
+    trainer = section(OmegaConf.create(compose_params(CONF)), "trainer", TrainerConfig)
+    args = lightning_args(trainer, PrecisionChoice("32-true", "test", "auto"))
+    accepted = inspect.signature(pl.Trainer.__init__).parameters
+    assert set(args) <= set(accepted)
+    expected = {f.name for f in dataclasses.fields(TrainerConfig)} - {"num_threads"}
+    assert set(args) == expected - {"enable_progress_bar"}
+    assert args["precision"] == "32-true" and args["devices"] == trainer.devices

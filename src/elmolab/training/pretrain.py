@@ -34,7 +34,7 @@ import shutil
 import sys
 import time
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from elmolab.errors import ElmolabError
 from elmolab.failpoints import failpoint
 from elmolab.fsutil import atomic_dir, atomic_hdf5, atomic_path, write_json
-from elmolab.hardware import choose_precision, peak_memory
+from elmolab.hardware import PrecisionChoice, choose_precision, peak_memory
 from elmolab.io.results import CURVE_COLUMNS, CURVE_FILE, METRICS_FILE
 from elmolab.models.bilm_tf import export_bilm, save_bilm_checkpoint
 from elmolab.schema import ModelConfig, PretrainConfig, TrainerConfig
@@ -192,6 +192,21 @@ def _resume_path(ckpt_dir: Path, run_id: str) -> Path | None:
     return None
 
 
+# The keys of the ``trainer`` section that are not Lightning Trainer arguments of the same name.
+NOT_TRAINER_ARGS = ("num_threads",)  # torch's intra-op threads, set by the stage
+
+
+def lightning_args(trainer_cfg: TrainerConfig, precision: PrecisionChoice) -> dict[str, Any]:
+    """The ``trainer`` section as Lightning Trainer arguments, each under its own name, with
+    ``precision`` as resolved for this machine; ``enable_progress_bar`` is the caller's."""
+    args = {
+        f.name: getattr(trainer_cfg, f.name)
+        for f in fields(trainer_cfg)
+        if f.name not in (*NOT_TRAINER_ARGS, "enable_progress_bar")
+    }
+    return {**args, "precision": precision.precision}
+
+
 def pretrain(
     model_cfg: ModelConfig,
     cfg: PretrainConfig,
@@ -249,11 +264,8 @@ def pretrain(
     _quiet_lightning()
     csv_logger = CSVLogger(save_dir=ckpt_dir, name="logs", version=f"attempt-{attempt}")
     trainer = pl.Trainer(
-        accelerator=trainer_cfg.accelerator,
-        devices=trainer_cfg.devices,
-        num_nodes=trainer_cfg.num_nodes,
-        strategy=trainer_cfg.strategy,
-        precision=precision.precision,
+        **lightning_args(trainer_cfg, precision),
+        enable_progress_bar=bar,
         max_steps=cfg.max_steps if cfg.max_steps is not None else -1,
         max_epochs=cfg.max_epochs,
         max_time=cfg.max_time,
@@ -263,9 +275,6 @@ def pretrain(
         num_sanity_val_steps=0,
         gradient_clip_val=cfg.gradient_clip_val,
         gradient_clip_algorithm="norm",
-        log_every_n_steps=trainer_cfg.log_every_n_steps,
-        enable_progress_bar=bar,
-        deterministic=trainer_cfg.deterministic,
         callbacks=[checkpoint, throughput, *progress],
         logger=[csv_logger, *(loggers or [])],
         plugins=[AtomicCheckpointIO()],
