@@ -42,6 +42,6 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
 
 def main(conf_dir: Path, argv: list[str] | None = None) -> None:
     """``pipelines/report.py``: under DVC ``--params params.yaml`` writes ``artifacts/report/``
-    (``--external <name>``: that model's study); ad hoc (``report.polysemy.enabled=false``) a
+    (``--external <name>``: that model's study); ad hoc (``report.figure_dpi=200``) a
     Hydra run folder."""
     run_stage(run, stage="report", conf_dir=conf_dir, argv=argv)
