@@ -48,6 +48,8 @@ def test_params_overrides_set_existing_keys_only(tmp_path):
     cfg = load_params(params)
     apply_overrides(cfg, ["corpus.vocab_min_count=7", "seed=3", "grid.seeds=[4,5]"], params)
     assert cfg.corpus.vocab_min_count == 7 and cfg.seed == 3 and list(cfg.grid.seeds) == [4, 5]
+    apply_overrides(cfg, ["corpus.sources.brown=null"], params)  # a section set to null: off
+    assert cfg.corpus.sources.brown is None
     with pytest.raises(ElmolabError, match=r"no key 'corpus\.nope'"):
         apply_overrides(cfg, ["corpus.nope=1"], params)
     with pytest.raises(ElmolabError, match="'corpus' is a section, composed into this file"):

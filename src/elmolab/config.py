@@ -138,7 +138,7 @@ def apply_overrides(cfg: DictConfig, overrides: list[str], where: str | os.PathL
                 node = OmegaConf.select(cfg, key, default=_MISSING)
                 if node is _MISSING:
                     raise ElmolabError(f"override {line!r}: no key {key!r} in the config", where)
-                if isinstance(node, DictConfig) and not isinstance(override.value(), dict):
+                if isinstance(node, DictConfig) and isinstance(override.value(), str):
                     raise ElmolabError(
                         f"override {line!r}: {key!r} is a section, composed into this file; to"
                         f" choose a config group, compose another file (python -m elmolab.params"
