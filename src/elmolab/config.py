@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, flag_override
 from omegaconf.errors import OmegaConfBaseException
 
 from elmolab.errors import ElmolabError, resource_errors_named
@@ -145,14 +145,12 @@ def apply_overrides(cfg: DictConfig, overrides: list[str], where: str | os.PathL
                         f" {line} --out FILE) or run the stage ad hoc",
                         where,
                     )
-            OmegaConf.set_struct(cfg, True)
-            ConfigLoaderImpl._apply_overrides_to_config(parsed, cfg)
+            with flag_override(cfg, "struct", True):
+                ConfigLoaderImpl._apply_overrides_to_config(parsed, cfg)
         except (ConfigCompositionException, OverrideParseException) as err:
             cause = err.__cause__
             reason = str(cause if isinstance(cause, OmegaConfBaseException) else err)
             raise ElmolabError(f"override {line!r}: {reason.splitlines()[0]}", where) from err
-        finally:
-            OmegaConf.set_struct(cfg, False)
 
 
 _MISSING = object()

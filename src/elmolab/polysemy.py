@@ -35,15 +35,16 @@ from elmolab.embed import embed_sentences
 from elmolab.errors import ElmolabError
 from elmolab.fsutil import atomic_path
 from elmolab.models.bilm import BiLM
+from elmolab.models.bilm_tf import load_bilm
+from elmolab.models.encoder_files import OPTIONS, WEIGHTS
 from elmolab.schema import PolysemyConfig
 from elmolab.text.chars import SPECIAL_TOKENS, char_ids_for_sentences
-from elmolab.text.wsd import WsdSentence
+from elmolab.text.vocab import Vocabulary
+from elmolab.text.wsd import WsdSentence, read_semcor
 
 log = logging.getLogger(__name__)
 
 TABLE_FILE = "neighbours.json"  # in the polysemy stage's folder
-OPTIONS_FILE = "options.json"  # the trained biLM's, bilm-tf format
-WEIGHTS_FILE = "weights.hdf5"
 
 # WordNet 3.0's lexicographer files, indexed by the lex_filenum field of a sense key.
 LEXNAMES = (
@@ -284,11 +285,7 @@ def table(config: PolysemyConfig) -> PolysemyTable:
     """The table of ``config``'s words on the biLM of ``config.bilm`` (its ``options.json`` and
     ``weights.hdf5``) over the vocabulary ``config.vocab``; without SemCor (``config.semcor``) the
     contextual neighbours are left out and a note says so."""
-    from elmolab.models.bilm_tf import load_bilm
-    from elmolab.text.vocab import Vocabulary
-    from elmolab.text.wsd import read_semcor
-
-    options, weights = Path(config.bilm) / OPTIONS_FILE, Path(config.bilm) / WEIGHTS_FILE
+    options, weights = Path(config.bilm) / OPTIONS, Path(config.bilm) / WEIGHTS
     for path in (options, weights, Path(config.vocab)):
         if not path.is_file():
             raise ElmolabError("no such file: the polysemy table needs the trained biLM", path)

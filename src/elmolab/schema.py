@@ -148,7 +148,7 @@ class DatasetConfig:
 
 @dataclass
 class TaskConfig:
-    """Schema of the ``task`` section (``conf/tasks/<name>.yaml``)."""
+    """Schema of a task, ``grid.tasks.<name>`` (``conf/tasks/<name>.yaml``)."""
 
     name: str  # the results folder: artifacts/probes/<name>/...
     kind: str  # a TaskKind

@@ -72,12 +72,9 @@ def study_display(params: Path) -> Display:
     when there is no such file."""
     if not params.is_file():
         return BY_NAME
-    from elmolab.config import load_params, section
-    from elmolab.schema import EncoderRolesConfig
+    from elmolab.config import load_params
 
-    cfg = load_params(params)
-    roles = section(cfg, "report.encoders", EncoderRolesConfig, where=str(params))
-    return Display.of(roles, cfg.grid.tasks, cfg.probe.encoders)
+    return Display.of(load_params(params), where=str(params))
 
 
 def _reports() -> Any:

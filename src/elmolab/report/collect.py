@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+from omegaconf import DictConfig, OmegaConf
 
+from elmolab.config import section
 from elmolab.errors import ElmolabError
 from elmolab.io.results import (
     CONDITIONAL_BASE,
@@ -73,10 +75,12 @@ class Display:
     features: tuple[str, ...] = FEATURE_ORDER
 
     @classmethod
-    def of(
-        cls, roles: EncoderRolesConfig, tasks: Iterable[str], encoders: Iterable[str]
-    ) -> Display:
-        """The display of a study: ``report.encoders``, ``grid.tasks``, ``probe.encoders``."""
+    def of(cls, cfg: DictConfig, where: str | None = None) -> Display:
+        """The display of the study ``cfg`` (a composed config): ``grid.tasks``'s order,
+        ``probe.encoders``'s, the roles of ``report.encoders`` (errors name ``where``)."""
+        roles = section(cfg, "report.encoders", EncoderRolesConfig, where)
+        tasks = OmegaConf.select(cfg, "grid.tasks", default=None) or {}
+        encoders = OmegaConf.select(cfg, "probe.encoders", default=None) or []
         return cls(tuple(tasks), tuple(encoders), roles.main, roles.random, roles.token_layer)
 
     def role(self, encoder: str) -> str | None:

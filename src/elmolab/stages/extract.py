@@ -61,14 +61,10 @@ from elmolab.models.bilm import BiLM
 from elmolab.models.controls import token_layer_digest
 from elmolab.models.encoder_files import EncoderFiles, encoder_files
 from elmolab.probing.tasks import DataCatalog, SplitSource, dataset_digest, multiword_parts
-from elmolab.schema import (
-    ExtractConfig,
-)
+from elmolab.schema import ExtractConfig
 from elmolab.tracking import init_run, run_tags
 
-log = logging.getLogger("elmolab.stages.extract")
-
-OPTIONS, WEIGHTS = "options.json", "weights.hdf5"  # bilm-tf's files: what dvc.yaml tracks
+log = logging.getLogger(__name__)
 
 
 def extract(config: ExtractConfig, out_dir: Path) -> dict[str, dict[str, Any]]:

@@ -19,6 +19,7 @@ override them there, e.g. ``grid.tasks.upos.mdl=true``. Both read the cached fea
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -80,8 +81,6 @@ def run_one(cfg: DictConfig, out_dir: Path) -> dict:
 def main(conf_dir: Path, argv: list[str] | None = None) -> None:
     """``pipelines/probe.py``: ``--params params.yaml task=<name>`` under DVC (``--external
     <name>``: that model's study), else Hydra overrides (see the module docstring)."""
-    import sys
-
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--params"]:
         fn = functools.partial(run_grid, conf_dir=conf_dir)

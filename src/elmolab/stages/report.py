@@ -23,11 +23,9 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     """The stage: the results named by ``report.inputs`` -> ``out_dir``."""
     config = section(cfg, "report", ReportConfig)
     params = OmegaConf.to_yaml(redact(OmegaConf.to_container(cfg, resolve=True)))
-    # Each task's family groups the layer panel (a task file's `family`, composed into grid.tasks);
-    # the grid's order is the report's, and so is probe.encoders's.
+    # Each task's family groups the layer panel (a task file's `family`, composed into grid.tasks).
     tasks = OmegaConf.select(cfg, "grid.tasks", default=None) or {}
     families = {name: task.get("family") for name, task in tasks.items()}
-    encoders = OmegaConf.select(cfg, "probe.encoders", default=None) or []
     data = gather(
         config,
         f"{cfg.study}: what the biLM's layers know",
@@ -35,7 +33,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         seed=cfg.seed,
         cwd=Path.cwd(),
         families=families,
-        display=Display.of(config.encoders, tasks, encoders),
+        display=Display.of(cfg),
     )
     return write_report(data, config, out_dir)
 
