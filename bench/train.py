@@ -6,12 +6,14 @@ matmuls), and for each LSTM path, batch size and precision the training tokens/s
 Lightning training loop (Trainer, data module, the configured softmax) with the model FLOP rate
 as a share of both matmul rates. The paths (``pretrain.lstm_path``):
 
-- ``cell``: bilm-tf's cell with its clips (``--clip``, bilm-tf's 3): the CPU default's path;
+- ``cell``: bilm-tf's cell with its clips (``--clip``, bilm-tf's 3): the CPU default's path
+  until ``paired`` came;
+- ``paired``: the same clipped cell with both directions in one time loop and hand-written
+  gradients: what ``lstm_path: auto`` picks for a model with clips (the CPU default);
 - ``compiled``: the same clipped cell through torch.compile (the compilation falls in the
   untimed warm-up steps; its seconds are printed apart);
 - ``fused``: PyTorch's fused LSTM kernel, the model without clips (what ``lstm_path: auto``
-  picks for a model without clips; the CPU default keeps bilm-tf's clips, so ``auto`` runs
-  ``cell`` there).
+  picks for a model without clips).
 
 The ratio of each path to the first one is printed too: other jobs on the machine move the
 absolute figures, much less their ratio.
@@ -23,10 +25,11 @@ its longest token plus the widest filter, every filter zero-padded to the widest
 real training batches. The rate and the share of the matmul rate use the second count.
 
 Run: .venv/bin/python bench/train.py [--model cpu_default] [--steps 20] [--threads 2]
-[--paths cell compiled fused] [--batch-sizes 128 256] (needs artifacts/corpus: `dvc repro
-prepare`). Precision: the stage's automatic choice unless --precisions names some. A GPU run:
---model elmo_small --accelerator gpu. Idle OpenMP threads spin (OMP_WAIT_POLICY=ACTIVE, as the
-stage) unless the environment sets it.
+[--paths cell paired compiled fused] [--batch-sizes 128 256] (needs artifacts/corpus: `dvc
+repro prepare`). Precision: the stage's automatic choice unless --precisions names some. A GPU
+run: --model elmo_small --accelerator gpu. As `make run` runs the stage: idle OpenMP threads spin
+(OMP_WAIT_POLICY=ACTIVE) and glibc keeps large buffers mapped (the Makefile's MALLOC_*
+settings), unless the environment sets them.
 """
 
 from __future__ import annotations
@@ -54,6 +57,14 @@ from elmolab.training.data import LMDataModule
 from elmolab.training.pretrain import make_module
 
 ROOT = Path(__file__).resolve().parents[1]
+# What the pretrain stage runs with under make: spinning OpenMP threads (elmolab.openmp) and the
+# Makefile's glibc settings, which keep large buffers mapped between steps.
+MAKE_ENVIRONMENT = {
+    "OMP_WAIT_POLICY": "ACTIVE",
+    "MALLOC_MMAP_THRESHOLD_": "1073741824",
+    "MALLOC_TRIM_THRESHOLD_": "4294967296",
+    "MALLOC_TOP_PAD_": "268435456",
+}
 
 
 def matmul_gflops(n: int = 2048, repeats: int = 10, dtype: torch.dtype = torch.float32) -> float:
@@ -186,8 +197,8 @@ def main() -> None:
     parser.add_argument(
         "--paths",
         nargs="+",
-        default=["cell", "compiled", "fused"],
-        choices=["cell", "compiled", "fused"],
+        default=["cell", "paired", "fused"],
+        choices=["cell", "paired", "compiled", "fused"],
         help="LSTM paths to measure (the first is the baseline of the ratios)",
     )
     parser.add_argument("--clip", type=float, default=3.0, help="cell and proj clip, cell paths")
@@ -202,10 +213,11 @@ def main() -> None:
         "CPU runs bf16 natively or on a GPU, 32-true elsewhere)",
     )
     args = parser.parse_args()
-    if "OMP_WAIT_POLICY" not in os.environ:
-        # As the pretrain stage runs (elmolab.openmp): idle OpenMP threads spin. OpenMP reads
-        # the variable when torch loads, so the script restarts itself with it.
-        os.environ["OMP_WAIT_POLICY"] = "ACTIVE"
+    if any(name not in os.environ for name in MAKE_ENVIRONMENT):
+        # As the pretrain stage runs under make (elmolab.openmp, the Makefile): OpenMP and glibc
+        # read these when the process starts, so the script restarts itself with them.
+        for name, value in MAKE_ENVIRONMENT.items():
+            os.environ.setdefault(name, value)
         os.execv(sys.executable, [sys.executable, *sys.argv])
     torch.set_num_threads(args.threads)
     precisions = args.precisions or [choose_precision("auto", args.accelerator).precision]
@@ -228,7 +240,7 @@ def main() -> None:
     shared = " shared by both directions" if settings.softmax.share_negatives else " per direction"
     print(
         f"CPU: {cpu_model()}; native bf16: {', '.join(native_bf16_flags()) or 'no'}; "
-        f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}"
+        + ", ".join(f"{name}={os.environ[name]}" for name in MAKE_ENVIRONMENT)
     )
     print(
         f"model {args.model}: unroll {settings.unroll_steps}, softmax {settings.softmax.kind} "

@@ -1,4 +1,5 @@
-"""The fast LSTM paths against bilm-tf's cell: the fused kernel (no clips) and the compiled cell.
+"""The fast LSTM paths against bilm-tf's cell: the fused kernel (no clips), the compiled cell and
+the paired cell (both directions in one loop, hand-written gradients).
 
 bilm-tf's cell (``LstmStack(path="cell")``) is the reference: each path must compute the same
 outputs, final states and gradients from the same parameters, with states carried between
@@ -24,6 +25,7 @@ from elmolab.errors import ElmolabError
 from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.models.bilm_tf import export_bilm, load_bilm
 from elmolab.models.lstm import LstmStack, LstmState, LstmWithProjection, choose_lstm_path
+from elmolab.models.lstm_paired import paired_forward
 from elmolab.text.chars import char_ids_for_sentences
 from elmolab.text.vocab import Vocabulary
 from elmolab.training.data import LMDataModule
@@ -88,6 +90,87 @@ def test_compiled_cell_equals_bilm_tf_cell_with_clips() -> None:
     _assert_same_run(reference, compiled, atol=2e-6)
 
 
+def _paired_stacks(clip: float | None) -> tuple[LstmStack, LstmStack]:
+    """A forward and a backward reference stack, different weights and non-zero biases."""
+    torch.manual_seed(0)
+    stacks = tuple(
+        LstmStack(LAYERS, INPUT, CELL, PROJ, clip, clip, use_skip_connections=True)
+        for _ in range(2)
+    )
+    for stack in stacks:
+        for layer in stack.layers:
+            torch.nn.init.normal_(layer.B, std=0.5)
+    return stacks
+
+
+def _paired_loss(outputs, finals) -> torch.Tensor:
+    """Weighs every layer's output of both directions differently, and every final state."""
+    weights = [torch.linspace(-1, 1, B * T * PROJ).view(B, T, PROJ) * (k + 1) for k in range(3)]
+    total = sum((o * w).sum() for d in outputs for o, w in zip(d, weights, strict=True))
+    return total + sum(f.h.sum() + f.c.sin().sum() for f in finals)
+
+
+@pytest.mark.parametrize("clip", [0.5, None], ids=["clips-bite", "no-clips"])
+def test_paired_equals_bilm_tf_cell(clip: float | None) -> None:
+    """Both directions in one loop with hand-written gradients against each stack on the cell:
+    outputs, final states and the gradients of the inputs, the initial states and every
+    parameter (float32), over two windows with carried states and zero starts in each."""
+    stacks = _paired_stacks(clip)
+    torch.manual_seed(1)
+    resets = torch.rand(2, B, T) < 0.3
+    states = [None, None]
+    for window in range(2):
+        x = torch.randn(2, B, T, INPUT, requires_grad=True)
+        initial = [
+            None if s is None else LstmState(*(t.clone().requires_grad_() for t in s))
+            for s in states
+        ]
+        leaves = [x, *(t for s in initial if s is not None for t in s)]
+        params = [p for stack in stacks for p in stack.parameters()]
+        reference = [
+            stack(x[g], None, initial[g], resets[window]) for g, stack in enumerate(stacks)
+        ]
+        ref_outputs = [r[0] for r in reference]
+        ref_finals = [r[1] for r in reference]
+        ref_grads = torch.autograd.grad(_paired_loss(ref_outputs, ref_finals), leaves + params)
+        forward, backward, f_state, b_state = paired_forward(
+            stacks, x, tuple(initial), resets[window]
+        )
+        grads = torch.autograd.grad(
+            _paired_loss([forward, backward], [f_state, b_state]), leaves + params
+        )
+        for a, b in zip(ref_outputs[0] + ref_outputs[1], forward + backward, strict=True):
+            torch.testing.assert_close(b, a, rtol=0, atol=2e-6)
+        for a, b in zip(ref_finals, (f_state, b_state), strict=True):
+            torch.testing.assert_close(b.h, a.h, rtol=0, atol=2e-6)
+            torch.testing.assert_close(b.c, a.c, rtol=0, atol=2e-6)
+        for a, b in zip(ref_grads, grads, strict=True):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=2e-5)
+        states = [LstmState(f.h.detach(), f.c.detach()) for f in ref_finals]
+    if clip is not None:  # the clips bit, so their gradients were tested
+        outputs, finals = ref_outputs, ref_finals
+        assert any((o.abs() == clip).any() for d in outputs for o in d)
+        assert any((f.c.abs() == clip).any() for f in finals)
+
+
+def test_paired_under_bf16_autocast_stays_near_the_cell() -> None:
+    """bf16 products with float32 gates and cell state, on both paths: the outputs agree to
+    bf16's rounding, and the carried states are float32."""
+    stacks = _paired_stacks(3.0)
+    torch.manual_seed(2)
+    x = torch.randn(2, B, T, INPUT).bfloat16()
+    resets = torch.rand(B, T) < 0.3
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        reference = [stack(x[g], None, None, resets) for g, stack in enumerate(stacks)]
+        forward, backward, f_state, b_state = paired_forward(stacks, x, (None, None), resets)
+    for a, b in zip(reference[0][0] + reference[1][0], forward + backward, strict=True):
+        assert b.dtype == a.dtype == torch.bfloat16
+        torch.testing.assert_close(b.float(), a.float(), rtol=0, atol=0.05)
+    for a, b in zip((reference[0][1], reference[1][1]), (f_state, b_state), strict=True):
+        assert b.h.dtype == b.c.dtype == torch.float32
+        torch.testing.assert_close(b.c, a.c, rtol=0, atol=0.05)
+
+
 def test_torch_weights_load_into_nn_lstm_with_projection() -> None:
     """``torch_weights`` is nn.LSTM(proj_size)'s layout: a real nn.LSTM given them computes the
     reference cell's outputs, and the bilm-tf parameters stay exactly as they were."""
@@ -113,15 +196,16 @@ def test_torch_weights_load_into_nn_lstm_with_projection() -> None:
 
 def test_path_choice_and_bad_settings() -> None:
     assert choose_lstm_path("auto", None, None).path == "fused"
-    assert choose_lstm_path("auto", 3.0, None).path == "cell"
+    assert choose_lstm_path("auto", 3.0, None).path == "paired"
+    assert choose_lstm_path("cell", 3.0, 3.0).path == "cell"
     assert choose_lstm_path("compiled", 3.0, 3.0).path == "compiled"
     with pytest.raises(ElmolabError, match="'fused' needs cell_clip and proj_clip null"):
         choose_lstm_path("fused", 3.0, 3.0)
     with pytest.raises(ElmolabError, match="lstm_path must be one of"):
         choose_lstm_path("cudnn", None, None)
     clipped = BiLM(BiLMOptions.published("small"))
-    assert clipped.lstm_path.path == "cell"
-    assert clipped.forward_lstm.path == clipped.backward_lstm.path == "cell"
+    assert clipped.lstm_path.path == "paired"
+    assert clipped.forward_lstm.path == clipped.backward_lstm.path == "paired"
 
 
 def _no_clip_options(model_cfg) -> dict:
@@ -130,27 +214,29 @@ def _no_clip_options(model_cfg) -> dict:
     return options
 
 
-def test_bilm_encode_lm_fused_equals_cell_in_training(tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", ["fused", "paired"])
+def test_bilm_encode_lm_fast_path_equals_cell_in_training(tmp_path: Path, path: str) -> None:
     """The training entry point on real batches: forward and backward stream, zero starts in
-    both directions, states carried into a second window, gradients of every parameter."""
+    both directions, states carried into a second window, gradients of every parameter
+    (``fused`` on the model without clips, ``paired`` with the tiny preset's clips)."""
     corpus = make_corpus(tmp_path)
     model_cfg, settings, _ = configs()
-    options = BiLMOptions.from_dict(_no_clip_options(model_cfg))
-    options = dataclasses.replace(options, dropout=0.0)
+    options = model_cfg.options() if path == "paired" else _no_clip_options(model_cfg)
+    options = dataclasses.replace(BiLMOptions.from_dict(options), dropout=0.0)
     torch.manual_seed(0)
     reference = BiLM(options, lstm_path="cell")
     fused = copy.deepcopy(reference)
-    fused.set_lstm_path("fused")
-    assert fused.lstm_path.as_dict()["chosen"] == "fused"
+    fused.set_lstm_path(path)
+    assert fused.lstm_path.as_dict()["chosen"] == path
     data = LMDataModule(corpus, settings.batch_size, settings.unroll_steps, seed=3)
     data.setup("fit")
     batches = list(zip(range(2), iter(data.train_dataloader()), strict=False))
-    states = {"cell": None, "fused": None}
+    states = {"cell": None, path: None}
     for _, batch in batches:
         resets = batch["sentence_start"] & (torch.arange(settings.batch_size)[:, None] % 2 == 0)
         assert resets[:, 1:].any()  # zero starts inside the window, not only at its start
         results = {}
-        for name, bilm in (("cell", reference), ("fused", fused)):
+        for name, bilm in (("cell", reference), (path, fused)):
             bilm.zero_grad()
             forward, backward, states[name] = bilm.encode_lm(
                 batch["forward_char_ids"], batch["backward_char_ids"], states[name], resets
@@ -162,22 +248,26 @@ def test_bilm_encode_lm_fused_equals_cell_in_training(tmp_path: Path) -> None:
             torch.testing.assert_close(b, a, rtol=0, atol=2e-6)
         for a, b in zip(*(results[n][1] for n in results), strict=True):
             torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
-        for a, b in zip(states["cell"], states["fused"], strict=True):
+        for a, b in zip(states["cell"], states[path], strict=True):
             torch.testing.assert_close(b.h, a.h, rtol=0, atol=2e-6)
 
 
-def test_trained_on_fused_exports_bit_for_bit_and_embeds_the_same(tmp_path: Path) -> None:
-    """A few Adam steps on the fused path (dropout on), export to bilm-tf's files, re-import:
+@pytest.mark.parametrize("path", ["fused", "paired"])
+def test_trained_on_a_fast_path_exports_bit_for_bit_and_embeds_the_same(
+    tmp_path: Path, path: str
+) -> None:
+    """A few Adam steps on a fast path (dropout on), export to bilm-tf's files, re-import:
     every parameter bit for bit; ``elmolab embed`` on the files gives the trained module's
-    features."""
+    features (``fused``: the model without clips; ``paired``: with the tiny preset's clips)."""
     corpus = make_corpus(tmp_path)
     model_cfg, settings, _ = configs()
-    model_cfg.lstm = {**model_cfg.lstm, "cell_clip": None, "proj_clip": None}
+    if path == "fused":
+        model_cfg.lstm = {**model_cfg.lstm, "cell_clip": None, "proj_clip": None}
     settings.zero_state_share = 0.5
     settings.optimizer = {"_target_": "torch.optim.Adam", "_partial_": True, "lr": 0.01}
     pl.seed_everything(2, verbose=False)
     module = make_module(model_cfg, settings, len(Vocabulary.from_file(corpus / "vocab.txt")))
-    assert module.bilm.lstm_path.path == "fused"
+    assert module.bilm.lstm_path.path == path
     before = [p.detach().clone() for p in module.bilm.parameters()]
     trainer = pl.Trainer(
         max_steps=4,
@@ -195,7 +285,7 @@ def test_trained_on_fused_exports_bit_for_bit_and_embeds_the_same(tmp_path: Path
 
     export_bilm(trained, tmp_path / "options.json", tmp_path / "weights.hdf5")
     reloaded = load_bilm(tmp_path / "options.json", tmp_path / "weights.hdf5")
-    assert reloaded.lstm_path.path == "fused"
+    assert reloaded.lstm_path.path == path
     for (name, a), (_, b) in zip(
         trained.state_dict().items(), reloaded.state_dict().items(), strict=True
     ):

@@ -30,6 +30,7 @@ from elmolab.errors import ElmolabError
 from elmolab.fsutil import write_json
 from elmolab.models.char_cnn import ACTIVATIONS, CharCNN
 from elmolab.models.lstm import LstmPathChoice, LstmStack, LstmState, choose_lstm_path
+from elmolab.models.lstm_paired import paired_forward
 from elmolab.text.chars import BOS_TOKEN, EOS_TOKEN, N_CHARACTERS_INFERENCE, char_ids_for_token
 
 ELMO_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
@@ -249,9 +250,9 @@ class BiLM(nn.Module):
 
     ``BiLM(options, stateful=False, lstm_path="auto")``; ``options.dropout`` applies in train mode
     only. ``lstm_path`` picks how the LSTMs compute (``elmolab.models.lstm``: ``cell``,
-    ``compiled``, ``fused``, or ``auto``: fused without clips, the cell with them); every path
-    computes the same function of the same parameters. Submodules: ``token_encoder`` (CharCNN),
-    ``forward_lstm`` and ``backward_lstm`` (LstmStack).
+    ``compiled``, ``fused``, ``paired``, or ``auto``: fused without clips, paired with them);
+    every path computes the same function of the same parameters. Submodules:
+    ``token_encoder`` (CharCNN), ``forward_lstm`` and ``backward_lstm`` (LstmStack).
     """
 
     def __init__(
@@ -384,17 +385,21 @@ class BiLM(nn.Module):
         """``encode_lm`` from the token vectors (2 * batch, time, proj) of both streams (forward
         rows first), e.g. to run the LSTMs twice over one pass of the char CNN."""
         batch = tokens.shape[0] // 2
+        if self.lstm_path.path == "paired":
+            forward, backward, forward_state, backward_state = paired_forward(
+                (self.forward_lstm, self.backward_lstm),
+                tokens.view(2, batch, *tokens.shape[1:]),
+                (None, None) if states is None else states,
+                resets,
+            )
+            return forward, backward, _detached(forward_state, backward_state)
         forward, forward_state = self.forward_lstm(
             tokens[:batch], None, None if states is None else states.forward, resets
         )
         backward, backward_state = self.backward_lstm(
             tokens[batch:], None, None if states is None else states.backward, resets
         )
-        detached = BiLMState(
-            LstmState(*(s.detach() for s in forward_state)),
-            LstmState(*(s.detach() for s in backward_state)),
-        )
-        return forward, backward, detached
+        return forward, backward, _detached(forward_state, backward_state)
 
     def _initial_state(self, order: Tensor) -> BiLMState | None:
         """The stored states of rows ``0 .. batch - 1`` (zeros for rows never seen), sorted."""
@@ -423,6 +428,13 @@ class BiLM(nn.Module):
                 for old, new in zip(self._states, final, strict=True)
             )
         )
+
+
+def _detached(forward: LstmState, backward: LstmState) -> BiLMState:
+    """Both directions' final states, detached: the next window does not backpropagate here."""
+    return BiLMState(
+        LstmState(*(s.detach() for s in forward)), LstmState(*(s.detach() for s in backward))
+    )
 
 
 def _with_rows(stored: Tensor, rows: int) -> Tensor:

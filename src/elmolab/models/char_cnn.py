@@ -61,6 +61,36 @@ def length_chunks(char_ids: Tensor, max_width: int) -> tuple[Tensor, list[tuple[
     return order, chunks
 
 
+_ID_BITS = 9  # distinct_rows packs ids below 2**9 (char ids: 0 .. 262), 7 to an int64
+_IDS_PER_WORD = 63 // _ID_BITS
+
+
+def distinct_rows(rows: Tensor) -> tuple[Tensor, Tensor]:
+    """``torch.unique(rows, dim=0, return_inverse=True)``: the distinct rows of ``rows`` (n, L)
+    in lexicographic order and each row's index among them, the same tensors.
+
+    ``torch.unique`` over rows compares them pair by pair (a fifth of the char CNN's time in a
+    training step). Here every 7 ids of a row are packed into one int64 (9 bits each, the first
+    id highest, so the packed words sort as the ids do) and the rows are sorted by their words,
+    last word first, with stable sorts. Ids outside ``[0, 512)`` go to ``torch.unique``.
+    """
+    n, length = rows.shape
+    if n == 0 or rows.min() < 0 or rows.max() >= 2**_ID_BITS:
+        return torch.unique(rows, dim=0, return_inverse=True)
+    padded = F.pad(rows, (0, -length % _IDS_PER_WORD))  # (n, words * 7), zeros after the ids
+    shifts = _ID_BITS * torch.arange(_IDS_PER_WORD - 1, -1, -1, device=rows.device)  # (7,)
+    words = (padded.view(n, -1, _IDS_PER_WORD) << shifts).sum(-1)  # (n, words)
+    order = torch.arange(n, device=rows.device)  # (n,) rows in sorted order
+    for w in reversed(range(words.shape[1])):
+        order = order[torch.sort(words[order, w], stable=True).indices]
+    ranked = words[order]  # (n, words)
+    first = torch.ones(n, dtype=torch.bool, device=rows.device)  # (n,) starts a new row value
+    first[1:] = (ranked[1:] != ranked[:-1]).any(dim=1)
+    inverse = torch.empty_like(order)
+    inverse[order] = first.cumsum(0) - 1
+    return rows[order[first]], inverse
+
+
 class Highway(nn.Module):
     """One highway layer in bilm-tf's convention (the "carry" gate multiplies the transform)::
 
@@ -152,7 +182,7 @@ class CharCNN(nn.Module):
     def forward(self, char_ids: Tensor) -> Tensor:
         """``char_ids``: long (..., chars) -> (..., projection_dim); runs once per distinct row."""
         flat = char_ids.reshape(-1, char_ids.shape[-1])  # (tokens, chars)
-        distinct, inverse = torch.unique(flat, dim=0, return_inverse=True)  # (distinct, chars)
+        distinct, inverse = distinct_rows(flat)  # (distinct, chars), (tokens,)
         vectors = self.encode_tokens(distinct)  # (distinct, proj)
         return vectors[inverse].view(*char_ids.shape[:-1], -1)  # (..., proj)
 

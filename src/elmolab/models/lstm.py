@@ -23,8 +23,8 @@ Mixed precision (autocast): the matmuls run in the autocast dtype (bf16); the ga
 the cell state ``c`` and the carried ``h`` stay float32, so a long sequence does not accumulate
 bf16 rounding in its memory. Without autocast every step is one fused ``addmm`` in the input dtype.
 
-Three ways to compute the same layers (``LstmStack(path=...)``; the parameters and so the weight
-files are the same for all three):
+Four ways to compute the same layers (``LstmStack(path=...)``; the parameters and so the weight
+files are the same for all four):
 
 - ``cell``: the loop above, one Python step per time step: bilm-tf's cell, clips included; the
   reference.
@@ -40,6 +40,10 @@ files are the same for all three):
   segment) or from zeros (a segment that starts at a reset); the row's final state is that of its
   last segment. This is exactly the step-by-step computation, reordered. Under autocast the kernel
   adds the gate pre-activations in bf16 (the cell state stays float32).
+- ``paired``: the language model's training and evaluation windows (``BiLM.encode_lm``: every
+  row runs every step) with both directions of a layer in one time loop and the loop's gradients
+  written out by hand (``elmolab.models.lstm_paired``), clips included. Rows of different
+  lengths (feature extraction) run each stack on the ``cell`` loop.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ from elmolab.errors import ElmolabError
 FORGET_BIAS = 1.0  # TensorFlow's LSTMCell adds it to the forget gate at run time
 # PyTorch says so on every first fused call; the fused path means its C++ loop, not oneDNN's.
 warnings.filterwarnings("ignore", message="LSTM with projections is not supported with oneDNN")
-LSTM_PATHS = ("auto", "cell", "compiled", "fused")  # what `lstm_path` settings may name
+LSTM_PATHS = ("auto", "cell", "compiled", "fused", "paired")  # what `lstm_path` may name
 
 
 def _torch_gate_order(tensor: Tensor) -> Tensor:
@@ -112,7 +116,7 @@ def choose_lstm_path(
     requested: str, cell_clip: float | None, proj_clip: float | None
 ) -> LstmPathChoice:
     """Resolve an ``lstm_path`` setting: ``auto`` takes the fastest exact path for the model,
-    ``fused`` without clips, the ``cell`` otherwise; anything else is kept as named (``fused``
+    ``fused`` without clips, ``paired`` with them; anything else is kept as named (``fused``
     with clips is an ElmolabError)."""
     if requested not in LSTM_PATHS:
         raise ElmolabError(f"lstm_path must be one of {LSTM_PATHS}, got {requested!r}")
@@ -126,7 +130,10 @@ def choose_lstm_path(
         return LstmPathChoice(requested, "set in the config", requested)
     if clips:
         return LstmPathChoice(
-            "cell", "the model clips its cells or outputs: bilm-tf's cell", requested
+            "paired",
+            "the model clips its cells or outputs: bilm-tf's cell, both directions in one loop "
+            "with hand-written gradients",
+            requested,
         )
     return LstmPathChoice("fused", "no clips: PyTorch's fused LSTM kernel", requested)
 
@@ -316,8 +323,10 @@ class LstmStack(nn.Module):
         self.set_path(path)
 
     def set_path(self, path: str) -> None:
-        """Compute with ``cell``, ``compiled``, ``fused`` (module docstring) or the ``auto``
-        choice of ``choose_lstm_path`` from now on; ``fused`` needs both clips None."""
+        """Compute with ``cell``, ``compiled``, ``fused``, ``paired`` (module docstring) or the
+        ``auto`` choice of ``choose_lstm_path`` from now on; ``fused`` needs both clips None.
+        A stack on ``paired`` runs alone on the ``cell`` loop: the pairing happens in
+        ``BiLM.encode_lm``, which holds both stacks."""
         self.path = choose_lstm_path(path, self.cell_clip, self.proj_clip).path
         for layer in self.layers:
             layer.compiled = path == "compiled"

@@ -62,7 +62,8 @@ class BiLMPretrainer(pl.LightningModule):
             ``linear`` warms up over ``warmup_steps`` and then decays linearly to ``f`` times the
             learning rate at the trainer's last step.
         lstm_path: how the LSTMs compute (``BiLM``'s ``lstm_path``: ``auto``, ``cell``,
-            ``compiled`` or ``fused``); ``self.bilm.lstm_path`` holds the choice and its reason.
+            ``compiled``, ``fused`` or ``paired``); ``self.bilm.lstm_path`` holds the choice and
+            its reason.
     """
 
     def __init__(
