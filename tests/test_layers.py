@@ -58,6 +58,23 @@ PROBING_LAYERS = (
     ("elmolab.probing.runner",),  # one cell of the grid
 )
 
+# Inside ``elmolab.report``, bottom to top: the sections read the data model, never the renderers;
+# a section module may read another (the headline's findings read the layer panel's).
+SECTIONS = SRC / "elmolab" / "report" / "sections"
+REPORT_LAYERS = (
+    # reading the inputs, and the statistics over them
+    ("elmolab.report.collect", "elmolab.report.stats", "elmolab.report.information"),
+    ("elmolab.report.data",),  # the data model
+    ("elmolab.report.format", "elmolab.report.layout"),  # numbers as text, the table model
+    # one module per section: its rows, its table, its block of summary.json
+    tuple(
+        f"elmolab.report.sections.{p.stem}" for p in SECTIONS.glob("*.py") if p.stem != "__init__"
+    ),
+    ("elmolab.report.sections",),  # all the sections: what the templates render, summary.json
+    ("elmolab.report.figures", "elmolab.report.writers"),  # the renderings
+    ("elmolab.report.build",),  # gather the inputs, write every file
+)
+
 
 def layer_of(
     module: str, layers: tuple[tuple[str, ...], ...] = LAYERS, package: str = "elmolab"
@@ -129,3 +146,17 @@ def test_the_probing_package_imports_down_its_own_layers() -> None:
     sources["elmolab.probing.probes"] += "\nfrom elmolab.probing.engine import train_heads\n"
     (found,) = upward_imports(sources, PROBING_LAYERS, "elmolab.probing")
     assert found.startswith("elmolab.probing.probes:") and found.endswith("elmolab.probing.engine")
+
+
+def test_the_report_package_imports_down_its_own_layers() -> None:
+    """The data model, the number formats and table model, the section modules, the sections
+    together, the renderings, the build: each imports only from those before it."""
+    sources = {m: s for m, s in project_sources().items() if m.startswith("elmolab.report")}
+    assert {layer_of(module, REPORT_LAYERS, "elmolab.report") for module in sources}
+    assert upward_imports(sources, REPORT_LAYERS, "elmolab.report") == []
+    sources["elmolab.report.sections.headline"] += (
+        "\nfrom elmolab.report.sections import Sections\n"
+    )
+    (found,) = upward_imports(sources, REPORT_LAYERS, "elmolab.report")
+    assert found.startswith("elmolab.report.sections.headline:")
+    assert found.endswith("imports elmolab.report.sections")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from elmolab.report.collect import CONTROL_SUFFIX
-from elmolab.report.tables import p_equals, pct
+from elmolab.report.format import p_equals, pct
 
 ENCODERS = ("trained", "random", "token_only")
 MODES = ("layer0", "layer1", "layer2", "mean", "scalar_mix", "concat")

@@ -22,7 +22,7 @@ from fixtures.report.fake_artifacts import (
 )
 
 from elmolab.errors import ElmolabError
-from elmolab.report import sections, tables, write_report
+from elmolab.report import sections, write_report
 from elmolab.report.collect import (
     PerSentence,
     ProbeRun,
@@ -30,6 +30,8 @@ from elmolab.report.collect import (
     read_learning_curve_runs,
     read_probe_runs,
 )
+from elmolab.report.format import fraction_text, mean_std, metric_label
+from elmolab.report.layout import Table
 from elmolab.taskmodel.stage import summarize
 
 ENCODERS = ("trained", "random", "token_only")
@@ -279,12 +281,12 @@ def test_trained_vs_token_layer_is_significant_only_where_the_counts_differ():
     assert by_mode["layer1"].p_value == pytest.approx(2 / 1001)  # no resample reaches 0
     assert by_mode["layer2"].p_value > 0.5
     assert by_mode["layer1"].method.startswith(f"paired bootstrap over {N_SENTENCES} test")
-    rows = {r.features: r for r in tables.trained_vs_token_layer(data)}
+    rows = {r.features: r for r in sections.encoders.token_layer_rows(data)}
     assert (rows["layer1"].verdict, rows["layer1"].verdict_class) == ("trained better", "good")
     assert rows["layer1"].p_value == "0.002"
     expected = (np.minimum(base + 4, totals).sum() - base.sum()) / totals.sum()
     assert rows["layer1"].difference == f"{100 * expected:+.2f}"
-    assert rows["layer1"].value == tables.mean_std(data.cells["upos", "layer1", "trained"])
+    assert rows["layer1"].value == mean_std(data.cells["upos", "layer1", "trained"])
     assert (rows["layer2"].verdict, rows["layer2"].verdict_class) == (
         "no significant difference",
         "neutral",
@@ -293,7 +295,7 @@ def test_trained_vs_token_layer_is_significant_only_where_the_counts_differ():
         "no significant difference",
         "+0.00",
     )
-    (line,) = tables._token_finding(data)
+    (line,) = sections.encoders.token_finding(data)
     assert line == (
         "Trained biLM vs its token layer with random LSTMs (p < 0.05): significantly better on "
         "upos (layer1); not significant on upos (layer0, layer2)."
@@ -318,9 +320,9 @@ def test_learning_curve_table_has_each_size_and_the_marked_difference(tmp_path):
     probes = tmp_path / "probes"
     write_learning_curves(probes)
     data = report_data(read_probe_runs(probes), read_learning_curve_runs(probes))
-    assert tables.learning_curve_fractions(data) == [0.01, 0.1, 1.0]
-    assert [tables.fraction_text(x) for x in (0.01, 0.1, 1.0)] == ["1%", "10%", "100%"]
-    rows = tables.learning_curve_table(data)
+    assert sections.learning_curves.learning_curve_fractions(data) == [0.01, 0.1, 1.0]
+    assert [fraction_text(x) for x in (0.01, 0.1, 1.0)] == ["1%", "10%", "100%"]
+    rows = sections.learning_curves.curve_rows(data)
     assert [(r.features, r.label) for r in rows] == [
         (features, label)
         for features in ("layer0", "layer1")
@@ -352,7 +354,7 @@ def test_learning_curves_need_no_full_run_and_no_token_layer(tmp_path):
     for seed in SEEDS:
         write_run(probes, "chunk", "layer2", "trained", seed, "span_f1", _counts(0.5, seed), 0.1)
     data = report_data(read_probe_runs(probes), read_learning_curve_runs(probes))
-    (row,) = tables.learning_curve_table(data)
+    (row,) = sections.learning_curves.curve_rows(data)
     assert (row.label, len(row.values), data.curve_comparisons) == ("trained", 1, [])
 
 
@@ -362,17 +364,17 @@ def test_learning_curves_need_no_full_run_and_no_token_layer(tmp_path):
 def test_structural_table_has_uuas_and_dspr_per_mode_and_encoder(tmp_path):
     write_dependency_tasks(tmp_path)
     data = report_data(read_probe_runs(tmp_path))
-    rows = tables.structural_table(data)
+    rows = sections.structural.structural_rows(data)
     assert [(r.features, r.encoder) for r in rows] == [
         (mode, encoder) for mode in STRUCTURAL_UUAS for encoder in ENCODERS
     ]
     layer1 = rows[3]
     dspr = np.array([STRUCTURAL_DSPR["layer1"] + 0.001 * s for s in SEEDS])
     assert layer1.dspr == f"{dspr.mean():.3f} ± {dspr.std(ddof=1):.3f}"
-    assert layer1.uuas == tables.mean_std(data.cells["structural", "layer1", "trained"])
+    assert layer1.uuas == mean_std(data.cells["structural", "layer1", "trained"])
     assert [r.reference for r in rows] == ["26.80", "", "", "77.00", "", "", "", "", ""]
-    assert tables.metric_label("uuas").startswith("UUAS")
-    assert tables.metric_label("uas").startswith("UAS")
+    assert metric_label("uuas").startswith("UUAS")
+    assert metric_label("uas").startswith("UAS")
 
 
 # --- the report --------------------------------------------------------------------------------
@@ -454,7 +456,7 @@ def test_html_and_markdown_render_every_table_of_one_model(tmp_path):
     page = html.unescape((out / "index.html").read_text(encoding="utf-8"))
     markdown = (out / "summary.md").read_text(encoding="utf-8").splitlines()
     built = sections.Sections.of(data)
-    present = [t for t in vars(built).values() if isinstance(t, sections.Table)]
+    present = [t for t in vars(built).values() if isinstance(t, Table)]
     assert len(present) == 10  # every section of the complete fixture has its table
     for table in present:
         header = "| " + " | ".join(

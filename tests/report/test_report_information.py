@@ -21,7 +21,7 @@ from fixtures.report.fake_artifacts import (
 from scipy import stats as scipy_stats
 
 from elmolab.errors import ElmolabError
-from elmolab.report import sections, tables
+from elmolab.report import sections
 from elmolab.report.collect import collect, read_online_codes, read_probe_runs
 
 ENCODERS = ("trained", "random", "token_only")
@@ -319,11 +319,11 @@ def test_bad_per_sentence_bits_are_an_error_naming_the_file(tmp_path, bits, prob
 def test_online_code_table_has_each_encoders_compression_length_and_control(report):
     data, _, _ = report
     probes = Path(data.inputs.online_codes[0].path).parents[4]
-    rows = tables.online_code_table(data)
+    rows = sections.online_code.online_code_rows(data)
     assert [(r.task, r.features, r.control_task) for r in rows] == [
         ("upos", mode, "upos_control") for mode in ("layer0", "layer1", "layer2")
     ]
-    assert tables.online_code_encoders(data) == list(ENCODERS)
+    assert sections.online_code.online_code_encoders(data) == list(ENCODERS)
     for row in rows:
         for e, encoder in enumerate(ENCODERS):
             files = [
@@ -342,16 +342,16 @@ def test_online_code_table_has_each_encoders_compression_length_and_control(repo
     assert rows[0].hovers[2] == (
         "seeds 1, 2, 3: 2.02, 2.04, 2.06; copied from trained (identical features)"
     )
-    assert tables.uniform_codes(data) == (
+    assert sections.online_code.uniform_codes(data) == (
         f"upos {1000 * math.log2(17) / 1000:.1f} kbits (17 labels, 1,000 tokens); "
         f"upos_control {1000 * math.log2(17) / 1000:.1f} kbits (17 labels, 1,000 tokens)"
     )
-    assert tables.online_code_blocks(data) == "10%, 50%, 100%"
+    assert sections.online_code.online_code_blocks(data) == "10%, 50%, 100%"
 
 
 def test_online_code_finding_is_computed_from_the_numbers(report):
     data, _, _ = report
-    (line,) = tables.online_code_findings(data)
+    (line,) = sections.online_code.findings(data)
     assert line == (
         "upos: with the trained biLM, layer1 compresses the labels best (3.54 ± 0.02); on layer1, "
         "random init reaches 1.64 and trained token layer + random LSTMs reaches 2.44, so the "
@@ -362,7 +362,7 @@ def test_online_code_finding_is_computed_from_the_numbers(report):
 
 def test_probe_time_counts_every_fit_but_copies(report):
     data, summary, _ = report
-    table = sections.online_code(data)
+    table = sections.online_code.table(data)
     # 2 tasks x 3 modes x 3 encoders x seeds 20 + k, less token_only's copied layer 0
     online = 3 * 3 * sum(20 + s for s in SEEDS) - sum(20 + s for s in SEEDS)
     assert (
@@ -370,7 +370,7 @@ def test_probe_time_counts_every_fit_but_copies(report):
     )
     conditional = 3 * 3 * sum(12 + s for s in SEEDS)  # layer0+<mode> runs: 2 + k + 10 s
     assert f"conditional probes: upos {conditional} s, ner {sum(12 + s for s in SEEDS)} s." in (
-        sections.conditional(data).note
+        sections.conditional.table(data).note
     )
     times = {t["task"]: t for t in summary["information_time"]}
     assert times["upos"] == {
@@ -388,9 +388,9 @@ def test_conditional_table_is_layer0_minus_conditional_bits_and_the_metric_gain(
     data, _, out = report
     probes = out.parent / "probes" / "upos"
     significant = 2 / (SAMPLES + 1)  # no resample reaches 0
-    rows = [r for r in tables.conditional_table(data) if r.task == "upos"]
+    rows = [r for r in sections.conditional.conditional_rows(data) if r.task == "upos"]
     assert [r.mode for r in rows] == list(CONDITIONAL)
-    assert tables.conditional_encoders(data) == list(ENCODERS)
+    assert sections.conditional.conditional_encoders(data) == list(ENCODERS)
     for row in rows:
         for e, encoder in enumerate(ENCODERS):
             base = [_read(probes / "layer0" / encoder / f"seed{s}" / "metrics.json") for s in SEEDS]
@@ -431,14 +431,14 @@ def test_without_per_sentence_sums_both_differences_use_the_t_test(report):
     assert gain.test_bits.p_value == pytest.approx(expected.pvalue)
     assert gain.test_bits.method == gain.metric.method == "paired t-test over 3 seeds"
     assert gain.metric.values == pytest.approx(scores)
-    (row,) = [r for r in tables.conditional_table(data) if r.task == "ner"]
+    (row,) = [r for r in sections.conditional.conditional_rows(data) if r.task == "ner"]
     assert row.metric == "span F1" and row.bits[1:] == ["–", "–"]
     assert row.bits[0] == _mean_std(bits, 3, signed=True) + " *"  # p about 0.002
 
 
 def test_conditional_finding_is_computed_from_the_numbers(report):
     data, _, out = report
-    upos, ner = tables.conditional_findings(data)
+    upos, ner = sections.conditional.findings(data)
     layer0, mix = (
         _read(out.parent / "probes" / "upos" / features / "trained" / "seed1" / "metrics.json")
         for features in ("layer0", "layer0+scalar_mix")
@@ -462,8 +462,11 @@ def test_conditional_modes_stay_out_of_the_layer_tables_and_figures(report):
     data, summary, out = report
     assert {f for _, f, _ in data.cells} == set(MODES)
     assert set(summary["probes"]["upos"]) == set(MODES)
-    assert {mode for _, mode, _ in tables.results_table(data)} == set(MODES)
-    assert all(r.best_layer in ("layer0", "layer1", "layer2") for r in tables.headline(data))
+    assert {mode for _, mode, _ in sections.results.result_rows(data)} == set(MODES)
+    assert all(
+        r.best_layer in ("layer0", "layer1", "layer2")
+        for r in sections.headline.headline_rows(data)
+    )
     assert "layer0+" not in (out / "plots" / "probes" / "upos.csv").read_text()
     page = (out / "index.html").read_text(encoding="utf-8")
     all_results = page[page.index('id="all-results"') : page.index('id="polysemy"')]
@@ -520,7 +523,7 @@ def test_summary_json_has_the_information_numbers(report):
     assert layer1["uniform_bits"] == pytest.approx(1000 * math.log2(17))
     assert layer1["blocks"][0]["block_tokens"] == BLOCK_TOKENS and layer1["seeds"] == list(SEEDS)
     assert cells["upos", "layer0", "token_only"]["same_features_as"] == "trained"
-    assert summary["online_code"]["findings"] == tables.online_code_findings(data)
+    assert summary["online_code"]["findings"] == sections.online_code.findings(data)
     conditional = summary["conditional_probing"]
     gains = {(g["task"], g["mode"], g["encoder"]): g for g in conditional["gains"]}
     mix = gains["upos", "scalar_mix", "trained"]
@@ -534,7 +537,7 @@ def test_summary_json_has_the_information_numbers(report):
     assert mix["layer0"]["test_bits"] == pytest.approx([1.51, 1.52, 1.53])
     assert gains["upos", "layer2", "trained"]["test_bits_gain"]["significant"] is False
     assert gains["ner", "layer1", "trained"]["test_bits_gain"]["method"].startswith("paired t")
-    assert conditional["findings"] == tables.conditional_findings(data)
+    assert conditional["findings"] == sections.conditional.findings(data)
 
 
 def test_without_information_results_the_sections_are_absent(tmp_path):

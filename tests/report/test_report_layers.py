@@ -25,7 +25,7 @@ from scipy import stats as scipy_stats
 
 from elmolab.config import section
 from elmolab.errors import ElmolabError
-from elmolab.report import gather, tables
+from elmolab.report import gather, sections
 from elmolab.report.collect import ProbeRun
 from elmolab.report.stats import group_cells, layer_gaps, paired_bootstrap
 from elmolab.schema import ReportConfig
@@ -187,7 +187,7 @@ def test_an_unknown_family_follows_the_known_ones_sorted():
     data = report_data(
         runs, families={"zeta": "lexical", "upos": "syntactic", "alpha": "discourse"}
     )
-    assert tables.panel_tasks(data) == [
+    assert sections.layers.panel_tasks(data) == [
         ("syntactic", "upos"),
         ("discourse", "alpha"),
         ("lexical", "zeta"),
@@ -270,10 +270,10 @@ def test_the_first_sense_and_majority_baselines_stand_beside_the_scores(report, 
     families = {**FAMILIES, "sentiment": "semantic"}
     config = section(cfg, "report", ReportConfig)
     data = gather(config, "t", OmegaConf.to_yaml(cfg), 1, tmp_path, families, DISPLAY)
-    (row,) = [r for r in tables.headline(data) if r.task == "sentiment"]
+    (row,) = [r for r in sections.headline.headline_rows(data) if r.task == "sentiment"]
     assert row.no_features == "majority class 23.12"
-    (wsd,) = [r for r in tables.headline(data) if r.task == "wsd"]
+    (wsd,) = [r for r in sections.headline.headline_rows(data) if r.task == "wsd"]
     assert wsd.no_features == "WordNet first sense 58.00"
-    assert ("semantic", "sentiment") in tables.panel_tasks(data)
-    (gravity,) = {tables.mix_summary(data, "sentiment").gravity.mean()}
+    assert ("semantic", "sentiment") in sections.layers.panel_tasks(data)
+    (gravity,) = {sections.layers.mix_summary(data, "sentiment").gravity.mean()}
     assert gravity == pytest.approx(0.3 + 2 * 0.5)

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from elmolab.errors import ElmolabError
 from elmolab.fsutil import atomic_dir, write_json
 from elmolab.polysemy import TABLE_FILE, PolysemyTable, read_table
-from elmolab.report import figures, tables, writers
+from elmolab.report import figures, writers
 from elmolab.report.collect import (
     CONTROL_SUFFIX,
     LAYER_PANEL,
@@ -30,12 +30,14 @@ from elmolab.report.collect import (
     collect,
     read_taskmodel,
 )
-from elmolab.report.data import CodeVersion, ReportData
+from elmolab.report.data import CodeVersion, ReportData, main_encoder
 from elmolab.report.information import (
     conditional_gains,
     online_code_cells,
 )
-from elmolab.report.sections import Sections
+from elmolab.report.sections import Sections, summary_json
+from elmolab.report.sections.headline import metrics_json
+from elmolab.report.sections.layers import PAPER_LAYERS, mix_summary, panel_tasks
 from elmolab.report.stats import (
     Cell,
     compare_encoders,
@@ -163,7 +165,7 @@ def write_report(data: ReportData, config: ReportConfig, out_dir: Path) -> dict:
     Returns the content of ``summary.json``.
     """
     pngs = {name: figures.to_png(figure, config.figure_dpi) for name, figure in _figures(data)}
-    summary = writers.summary_json(data)
+    summary = summary_json(data)
     sections = Sections.of(data)  # the tables both renderings show
     with atomic_dir(out_dir) as tmp:
         (tmp / "figures").mkdir()
@@ -179,7 +181,7 @@ def write_report(data: ReportData, config: ReportConfig, out_dir: Path) -> dict:
             writers.render_markdown(data, sections, pngs), encoding="utf-8"
         )
         write_json(tmp / "summary.json", summary)
-        write_json(tmp / "metrics.json", writers.headline_metrics(data))
+        write_json(tmp / "metrics.json", metrics_json(data))
     return summary
 
 
@@ -227,20 +229,16 @@ def _figures(data: ReportData) -> list[tuple[str, Figure]]:
 
 def _layer_panel(data: ReportData) -> Figure:
     """The layer panel's figure: every task's layer 2 - layer 1, mix and paper reference."""
-    panel = tables.panel_tasks(data)
+    panel = panel_tasks(data)
     shown = {task for _, task in panel}
-    gravity = {
-        task: mix.gravity for task in shown if (mix := tables.mix_summary(data, task)) is not None
-    }
-    paper = {
-        task: two - one for task, (_, one, two) in tables.PAPER_LAYERS.items() if task in shown
-    }
+    gravity = {task: mix.gravity for task in shown if (mix := mix_summary(data, task)) is not None}
+    paper = {task: two - one for task, (_, one, two) in PAPER_LAYERS.items() if task in shown}
     return figures.layer_panel(
         panel,
         data.layer_gaps,
         gravity,
         paper,
-        tables.main_encoder(data),
+        main_encoder(data),
         data.significance.alpha,
         data.display,
     )

@@ -1,6 +1,7 @@
 """The report's data model: everything the sections, figures and writers show, computed once by
 :func:`elmolab.report.build.gather` from what the other stages wrote (:mod:`.collect`) and the
-statistics over it (:mod:`.stats`, :mod:`.information`), with the study's :class:`Display`."""
+statistics over it (:mod:`.stats`, :mod:`.information`), with the study's :class:`Display`; and
+which of its encoders is the main one, which the baselines."""
 
 from __future__ import annotations
 
@@ -69,3 +70,15 @@ class ReportData:
     @property
     def encoders(self) -> list[str]:
         return list(dict.fromkeys(encoder for _, _, encoder in self.cells))
+
+
+def main_encoder(data: ReportData) -> str:
+    """The main encoder (``report.encoders.main``) if it has results, else the first that has."""
+    encoders = data.encoders
+    return data.display.main_of(encoders) if encoders else data.display.main or ""
+
+
+def baseline_encoders(data: ReportData) -> list[str]:
+    """Every encoder but the main one, in display order."""
+    main = main_encoder(data)
+    return [encoder for encoder in data.encoders if encoder != main]

@@ -1,0 +1,104 @@
+"""How the report writes its numbers: as text for the tables and findings (scores in percent with
+two decimals; "mean ± std" is over seeds, sample std), and as values for ``summary.json``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from elmolab.report.information import PerSeed, TestedDifference
+from elmolab.report.stats import Cell
+
+# A difference's mark by its significance (None: not testable).
+SIGNIFICANCE_MARKS = {True: " *", False: "", None: " (untested)"}
+# A verdict's badge class (the HTML's colours).
+VERDICT_CLASSES = {
+    "mix better": "good",
+    "best layer better": "bad",
+    "better": "good",  # an encoder comparison: the main encoder better than the baseline
+    "worse": "bad",
+    "no significant difference": "neutral",
+    "not testable": "neutral",
+    "layer1 better": "lower",  # the layer panel: the first biLSTM layer significantly better
+    "layer2 better": "upper",
+    "n/a": "neutral",
+}
+
+
+def pct(value: float | None, signed: bool = False) -> str:
+    if value is None or math.isnan(value):
+        return "–"
+    return f"{100 * value:+.2f}" if signed else f"{100 * value:.2f}"
+
+
+def p_text(p_value: float | None) -> str:
+    if p_value is None:
+        return "–"
+    return "< 0.001" if p_value < 0.001 else f"{p_value:.3f}"
+
+
+def p_equals(p_value: float | None) -> str:
+    """The p-value as "p = 0.012" or "p < 0.001"."""
+    text = p_text(p_value)
+    return f"p {text}" if text.startswith("<") else f"p = {text}"
+
+
+def mean_std(cell: Cell | None) -> str:
+    if cell is None:
+        return "–"
+    if not cell.applicable:
+        return "n/a"
+    if cell.n == 0:
+        return "–"
+    return pct(cell.mean) if cell.n == 1 else f"{pct(cell.mean)} ± {pct(cell.std)}"
+
+
+METRIC_LABELS = {
+    "accuracy": "accuracy",
+    "span_f1": "span F1",
+    "f1": "F1",
+    "uas": "UAS (attachment accuracy)",
+    "uuas": "UUAS (undirected attachment)",
+}
+
+
+def metric_label(metric: str | None) -> str:
+    return METRIC_LABELS.get(metric or "", metric or "")
+
+
+def fraction_text(fraction: float) -> str:
+    """0.01 -> "1%"."""
+    return f"{100 * fraction:g}%"
+
+
+def per_seed(values: PerSeed, digits: int, scale: float = 1.0, signed: bool = False) -> str:
+    """Mean ± std over seeds of ``scale`` times ``values``, ``digits`` decimals; "–" for none."""
+    if not values.n:
+        return "–"
+    mean = f"{scale * values.mean:{'+z' if signed else 'z'}.{digits}f}"  # z: no "-0.00"
+    return mean if values.n == 1 else f"{mean} ± {scale * values.std:.{digits}f}"
+
+
+# --- summary.json's values ----------------------------------------------------------------------
+
+
+def json_number(value: float | None) -> float | None:
+    """JSON has no nan: None instead."""
+    return None if value is None or math.isnan(value) else value
+
+
+def json_per_seed(values: PerSeed) -> dict[str, Any]:
+    return {
+        "mean": json_number(values.mean),
+        "std": json_number(values.std),
+        "values": list(values.values),
+    }
+
+
+def json_tested(difference: TestedDifference, alpha: float) -> dict[str, Any]:
+    return {
+        **json_per_seed(difference),
+        "p_value": difference.p_value,
+        "method": difference.method,
+        "significant": difference.significant(alpha),
+    }
