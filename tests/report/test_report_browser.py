@@ -99,7 +99,7 @@ def offline_template(tmp_path: Path) -> Path:
         return BUILT_TEMPLATE
     template = tmp_path / "dvc-plots.html"
     built = subprocess.run(
-        [sys.executable, "-m", "elmolab.report.vega_template", str(template)],
+        [sys.executable, str(ROOT / "tools" / "vega_template.py"), str(template)],
         capture_output=True,
         text=True,
         timeout=900,
