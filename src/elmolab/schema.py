@@ -81,6 +81,7 @@ class PretrainConfig:
     limit_val_batches: int | None
     checkpoint_every_n_steps: int
     lstm_path: str = "auto"
+    eval_logits: str = "auto"
 
 
 @dataclass

@@ -12,10 +12,11 @@ from omegaconf import OmegaConf
 
 from elmolab.config import section
 from elmolab.errors import ElmolabError
+from elmolab.hardware import PrecisionChoice
 from elmolab.models.bilm_tf import load_bilm, load_bilm_from_checkpoint
 from elmolab.params import compose_params
 from elmolab.schema import ModelConfig, PretrainConfig, TrainerConfig
-from elmolab.training.pretrain import pretrain, random_control
+from elmolab.training.pretrain import eval_logits_choice, pretrain, random_control
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -84,6 +85,8 @@ def test_tiny_model_overfits_a_small_slice_below_perplexity_20(tmp_path):
     assert train_ppl < 20, f"training perplexity {train_ppl:.1f}"
     assert metrics["val"]["ppl"] < 20  # valid is the same text here
     assert metrics["lstm_path"]["chosen"] == "paired"  # the tiny model clips: the paired cell
+    bf16 = metrics["precision"]["chosen"] == "bf16-mixed"
+    assert metrics["eval_logits"]["chosen"] == ("bfloat16" if bf16 else "float32")
     for name in (
         "model.pt",
         "options.json",
@@ -211,7 +214,6 @@ def test_the_trainer_section_is_lightning_s_arguments_under_their_own_names():
 
     from lightning import pytorch as pl
 
-    from elmolab.hardware import PrecisionChoice
     from elmolab.training.pretrain import lightning_args
 
     trainer = section(OmegaConf.create(compose_params(CONF)), "trainer", TrainerConfig)
@@ -221,3 +223,20 @@ def test_the_trainer_section_is_lightning_s_arguments_under_their_own_names():
     expected = {f.name for f in dataclasses.fields(TrainerConfig)} - {"num_threads"}
     assert set(args) == expected - {"enable_progress_bar"}
     assert args["precision"] == "32-true" and args["devices"] == trainer.devices
+
+
+def test_the_evaluation_logits_follow_the_training_precision() -> None:
+    """``eval_logits: auto`` takes the bf16 product where training runs bf16-mixed, float32
+    elsewhere; a named dtype is kept; anything else is refused with the setting's name."""
+    bf16 = PrecisionChoice("bf16-mixed", "native bf16", "auto")
+    fp32 = PrecisionChoice("32-true", "no native bf16", "auto")
+    assert eval_logits_choice("auto", bf16)["chosen"] == "bfloat16"
+    assert eval_logits_choice("auto", fp32)["chosen"] == "float32"
+    assert eval_logits_choice("float32", bf16) == {
+        "chosen": "float32",
+        "requested": "float32",
+        "reason": "set in the config",
+    }
+    assert eval_logits_choice("bfloat16", fp32)["chosen"] == "bfloat16"
+    with pytest.raises(ElmolabError, match=r"pretrain\.eval_logits must be auto, float32 or"):
+        eval_logits_choice("fp16", bf16)

@@ -19,7 +19,8 @@ stream starts from the zero state with probability p instead of the state its st
 over: the regime in which stateless extraction computes every probe feature, which a model that
 only ever carried its states never learns (its backward state can run away from a zero start).
 
-Evaluation runs in float32 whatever the training precision, in two regimes per direction: states
+Evaluation runs in float32 whatever the training precision (the full softmax's logits product in
+``eval_logits_dtype``: bf16 where the stage chose so), in two regimes per direction: states
 carried along the stream (bilm-tf's evaluation; ``val/ppl*``) and every sentence from the zero
 state (what extraction computes; ``val/stateless_ppl*``).
 """

@@ -246,6 +246,9 @@ def pretrain(
     pl.seed_everything(seed, workers=True, verbose=False)
     module = make_module(model_cfg, cfg, len(vocab))
     log.info("LSTM path %s: %s", module.bilm.lstm_path.path, module.bilm.lstm_path.reason)
+    eval_logits = eval_logits_choice(cfg.eval_logits, precision)
+    module.eval_logits_dtype = EVAL_LOGITS[eval_logits["chosen"]]
+    log.info("evaluation logits %s: %s", eval_logits["chosen"], eval_logits["reason"])
     throughput = _Throughput(cfg.batch_size * cfg.unroll_steps)
     # A bar in a terminal; plain progress lines in logs (dvc repro, CI, a batch job).
     terminal = sys.stdout.isatty()
@@ -295,6 +298,7 @@ def pretrain(
         **_evaluation(val, test, stats),
         "precision": precision.as_dict(),
         "lstm_path": module.bilm.lstm_path.as_dict(),
+        "eval_logits": eval_logits,
         "tokens_per_second": round(throughput.tokens_per_second, 1),
         "wall_seconds": round(time.perf_counter() - started, 1),
         "steps": trainer.global_step,
@@ -335,6 +339,26 @@ def state_check(val: dict[str, float]) -> dict[str, Any]:
     }
 
 
+EVAL_LOGITS = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def eval_logits_choice(requested: str, precision: PrecisionChoice) -> dict[str, str]:
+    """The dtype of the evaluation's full-softmax logits product (``pretrain.eval_logits``) and
+    why: ``auto`` takes bfloat16 where training runs bf16-mixed (within 0.02% of the float32
+    perplexity, docs/pretraining.md), float32 otherwise. Recorded in metrics.json."""
+    if requested not in (*EVAL_LOGITS, "auto"):
+        raise ElmolabError(
+            f"pretrain.eval_logits must be auto, float32 or bfloat16, got {requested!r}"
+        )
+    if requested != "auto":
+        return {"chosen": requested, "requested": requested, "reason": "set in the config"}
+    if precision.precision == "bf16-mixed":
+        reason = "training runs bf16-mixed: the logits product in bf16, the rest in float32"
+        return {"chosen": "bfloat16", "requested": requested, "reason": reason}
+    reason = f"training runs {precision.precision}: every product in float32"
+    return {"chosen": "float32", "requested": requested, "reason": reason}
+
+
 def make_module(model_cfg: ModelConfig, cfg: PretrainConfig, vocab_size: int) -> BiLMPretrainer:
     """The LightningModule of a pretraining config."""
     return BiLMPretrainer(
@@ -365,6 +389,8 @@ def random_control(
     datamodule = LMDataModule(corpus_dir, cfg.batch_size, cfg.unroll_steps, seed=seed)
     module = make_module(model_cfg, cfg, len(vocab))
     precision = choose_precision(trainer_cfg.precision, trainer_cfg.accelerator)
+    eval_logits = eval_logits_choice(cfg.eval_logits, precision)
+    module.eval_logits_dtype = EVAL_LOGITS[eval_logits["chosen"]]
     _quiet_lightning()
     trainer = pl.Trainer(
         accelerator="cpu" if trainer_cfg.accelerator == "cpu" else "auto",
@@ -381,6 +407,7 @@ def random_control(
         **_evaluation(val, test, stats),
         "precision": precision.as_dict(),
         "lstm_path": module.bilm.lstm_path.as_dict(),
+        "eval_logits": eval_logits,
         "wall_seconds": round(time.perf_counter() - started, 1),
         "steps": 0,
         "tokens": 0,
