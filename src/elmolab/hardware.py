@@ -38,8 +38,13 @@ def _cpuinfo_fields() -> dict[str, str]:
 
 
 def cpu_model() -> str:
-    """The CPU's model name, e.g. 'AMD EPYC' or 'Intel(R) Xeon(R) Platinum 8481C'."""
-    return _cpuinfo_fields().get("model name") or platform.processor() or platform.machine()
+    """The CPU's model name with its family and model numbers where /proc/cpuinfo has them, e.g.
+    'AMD EPYC (family 25, model 17)': a generic name alone tells CPU generations apart badly."""
+    fields = _cpuinfo_fields()
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        return f"{name} (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def cpu_flags() -> frozenset[str]:

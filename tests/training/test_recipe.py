@@ -216,6 +216,14 @@ def test_precision_auto_follows_the_cpu(monkeypatch):
     assert hardware.choose_precision("32-true", "cpu").precision == "32-true"
 
 
+def test_the_cpu_model_names_its_family_and_model(monkeypatch):
+    fields = {"model name": "AMD EPYC", "cpu family": "25", "model": "17", "flags": "avx2"}
+    monkeypatch.setattr(hardware, "_cpuinfo_fields", lambda: fields)
+    assert hardware.cpu_model() == "AMD EPYC (family 25, model 17)"
+    monkeypatch.setattr(hardware, "_cpuinfo_fields", lambda: {"model name": "Apple M2"})
+    assert hardware.cpu_model() == "Apple M2"
+
+
 def test_bf16_mixed_trains_validates_tests_and_resumes(tmp_path, capsys):
     """CPU autocast runs the code path the GPU presets use (emulated bf16 where the CPU has no
     native bf16: slow, so the run is tiny). Also: the progress line when stdout is no terminal."""
