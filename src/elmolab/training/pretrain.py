@@ -246,9 +246,7 @@ def pretrain(
     pl.seed_everything(seed, workers=True, verbose=False)
     module = make_module(model_cfg, cfg, len(vocab))
     log.info("LSTM path %s: %s", module.bilm.lstm_path.path, module.bilm.lstm_path.reason)
-    eval_logits = eval_logits_choice(cfg.eval_logits, precision)
-    module.eval_logits_dtype = EVAL_LOGITS[eval_logits["chosen"]]
-    log.info("evaluation logits %s: %s", eval_logits["chosen"], eval_logits["reason"])
+    eval_logits = use_eval_logits(module, cfg.eval_logits, precision)
     throughput = _Throughput(cfg.batch_size * cfg.unroll_steps)
     # A bar in a terminal; plain progress lines in logs (dvc repro, CI, a batch job).
     terminal = sys.stdout.isatty()
@@ -359,6 +357,17 @@ def eval_logits_choice(requested: str, precision: PrecisionChoice) -> dict[str, 
     return {"chosen": "float32", "requested": requested, "reason": reason}
 
 
+def use_eval_logits(
+    module: BiLMPretrainer, requested: str, precision: PrecisionChoice
+) -> dict[str, str]:
+    """Set ``module``'s evaluation logits dtype as :func:`eval_logits_choice` decides, log it
+    and return the choice (for metrics.json)."""
+    choice = eval_logits_choice(requested, precision)
+    module.eval_logits_dtype = EVAL_LOGITS[choice["chosen"]]
+    log.info("evaluation logits %s: %s", choice["chosen"], choice["reason"])
+    return choice
+
+
 def make_module(model_cfg: ModelConfig, cfg: PretrainConfig, vocab_size: int) -> BiLMPretrainer:
     """The LightningModule of a pretraining config."""
     return BiLMPretrainer(
@@ -389,8 +398,7 @@ def random_control(
     datamodule = LMDataModule(corpus_dir, cfg.batch_size, cfg.unroll_steps, seed=seed)
     module = make_module(model_cfg, cfg, len(vocab))
     precision = choose_precision(trainer_cfg.precision, trainer_cfg.accelerator)
-    eval_logits = eval_logits_choice(cfg.eval_logits, precision)
-    module.eval_logits_dtype = EVAL_LOGITS[eval_logits["chosen"]]
+    eval_logits = use_eval_logits(module, cfg.eval_logits, precision)
     _quiet_lightning()
     trainer = pl.Trainer(
         accelerator="cpu" if trainer_cfg.accelerator == "cpu" else "auto",
