@@ -9,23 +9,31 @@ as a share of both matmul rates. The paths (``pretrain.lstm_path``):
 - ``cell``: bilm-tf's cell with its clips (``--clip``, bilm-tf's 3): the CPU default's path
   until ``paired`` came;
 - ``paired``: the same clipped cell with both directions in one time loop and hand-written
-  gradients: what ``lstm_path: auto`` picks for a model with clips (the CPU default);
+  gradients;
+- ``native``: ``paired`` with its time loop in C++: what ``lstm_path: auto`` picks for a model
+  with clips where a C++ compiler builds elmolab's kernels (the CPU default);
 - ``compiled``: the same clipped cell through torch.compile (the compilation falls in the
   untimed warm-up steps; its seconds are printed apart);
 - ``fused``: PyTorch's fused LSTM kernel, the model without clips (what ``lstm_path: auto``
   picks for a model without clips).
 
-The ratio of each path to the first one is printed too: other jobs on the machine move the
-absolute figures, much less their ratio.
+A path named ``NAME:python`` runs with elmolab's C++ kernels turned off (``elmolab.native``:
+the char CNN's table kernel and the sampled softmax's kernel as well as the native LSTM loop),
+as the code computed before they came: ``cell:python`` is the old default, the first row and
+baseline by default. The ratio of each path to the first one is printed too: other jobs on the
+machine move the absolute figures, much less their ratio.
 
-The char CNN's FLOP are counted two ways: per position (every token of both streams, every
-filter over every valid window, as a textbook count would) and as the model computes them (once
-per distinct token of a batch, in chunks of 32 tokens sorted by length, each chunk's windows over
-its longest token plus the widest filter, every filter zero-padded to the widest): counted on
-real training batches. The rate and the share of the matmul rate use the second count.
+The char CNN's FLOP are counted three ways: per position (every token of both streams, every
+filter over every valid window, as a textbook count would) and the two ways the model computes
+them, counted on real training batches: in Python, once per distinct token of a batch, in chunks
+of 32 tokens sorted by length, each chunk's windows over its longest token plus the widest
+filter, every filter zero-padded to the widest; with the C++ kernels, from lookup tables (one add
+per filter and offset of a window, over each distinct token's windows up to its first
+all-padding one, plus the tables' matmul per batch). Each row's rate and share of the matmul
+rates use the count of the way it computes.
 
 Run: .venv/bin/python bench/train.py [--model cpu_default] [--steps 20] [--threads 2]
-[--paths cell paired compiled fused] [--batch-sizes 128 256] (needs artifacts/corpus: `dvc
+[--paths cell:python cell native fused] [--batch-sizes 128 256] (needs artifacts/corpus: `dvc
 repro prepare`). Precision: the stage's automatic choice unless --precisions names some. A GPU
 run: --model elmo_small --accelerator gpu. As `make run` runs the stage: idle OpenMP threads spin
 (OMP_WAIT_POLICY=ACTIVE) and glibc keeps large buffers mapped (the Makefile's MALLOC_*
@@ -35,6 +43,7 @@ settings), unless the environment sets them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import os
@@ -47,9 +56,10 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
+from elmolab import native
 from elmolab.config import section
 from elmolab.hardware import choose_precision, cpu_model, native_bf16_flags
-from elmolab.models.char_cnn import length_chunks
+from elmolab.models.char_cnn import PAD_ID, length_chunks
 from elmolab.params import compose_params
 from elmolab.schema import ModelConfig, PretrainConfig
 from elmolab.text.vocab import Vocabulary
@@ -89,20 +99,32 @@ def per_position_token_flop(model: ModelConfig) -> float:
     return 2 * (conv + highway + 2 * n_filters * proj)  # forward and backward inputs
 
 
-def computed_token_flop(model: ModelConfig, data: LMDataModule, batches: int = 20) -> float:
-    """Forward FLOP of the char CNN per training token as ``CharCNN.forward`` computes them,
-    counted on ``batches`` real training batches (see the module docstring)."""
+def computed_token_flop(
+    model: ModelConfig, data: LMDataModule, tables: bool, batches: int = 20
+) -> float:
+    """Forward FLOP of the char CNN per training token as ``CharCNN.forward`` computes them, in
+    chunked matmuls or (``tables``) by the C++ table kernel, counted on ``batches`` real
+    training batches (see the module docstring)."""
     cnn, proj = model.char_cnn, model.lstm["projection_dim"]
     n_filters = sum(n for _, n in cnn["filters"])
     max_width = max(w for w, _ in cnn["filters"])
-    char_dim = cnn["embedding"]["dim"]
+    min_width = min(w for w, _ in cnn["filters"])
+    char_dim, n_chars = cnn["embedding"]["dim"], cnn["n_characters"]
     total, tokens = 0.0, 0
     for _, batch in zip(range(batches), iter(data.train_dataloader()), strict=False):
         both = torch.cat([batch["forward_char_ids"], batch["backward_char_ids"]])
         distinct = torch.unique(both.reshape(-1, both.shape[-1]), dim=0)  # (distinct, chars)
-        _, chunks = length_chunks(distinct, max_width)
-        for start, end, frame in chunks:
-            total += 2 * (end - start) * frame * max_width * char_dim * n_filters
+        if tables:
+            chars = distinct.shape[1]
+            filled = (distinct != PAD_ID) & (distinct != 0)
+            lengths = (filled * torch.arange(1, chars + 1)).amax(dim=1)  # (distinct,)
+            windows = (lengths.clamp(max=chars - min_width) + 1).sum().item()
+            total += windows * (max_width - 1) * n_filters  # one add per offset and filter
+            total += 2 * max_width * n_chars * char_dim * n_filters  # the tables, per batch
+        else:
+            _, chunks = length_chunks(distinct, max_width)
+            for start, end, frame in chunks:
+                total += 2 * (end - start) * frame * max_width * char_dim * n_filters
         total += len(distinct) * (cnn["n_highway"] * 4 * n_filters**2 + 2 * n_filters * proj)
         tokens += batch["forward_char_ids"].shape[0] * batch["forward_char_ids"].shape[1]
     return total / tokens
@@ -178,7 +200,8 @@ def tokens_per_second(
 def path_config(
     model: ModelConfig, settings: PretrainConfig, path: str, clip: float, batch_size: int
 ) -> tuple[ModelConfig, PretrainConfig]:
-    """The preset run on ``path``: with clips ``clip`` on the cell paths, without on fused."""
+    """The preset run on ``path`` (without ``:python``): with clips ``clip`` on the cell paths,
+    without on fused."""
     value = None if path == "fused" else clip
     lstm = {**model.lstm, "cell_clip": value, "proj_clip": value}
     return (
@@ -197,9 +220,15 @@ def main() -> None:
     parser.add_argument(
         "--paths",
         nargs="+",
-        default=["cell", "paired", "fused"],
-        choices=["cell", "paired", "compiled", "fused"],
-        help="LSTM paths to measure (the first is the baseline of the ratios)",
+        default=["cell:python", "paired:python", "cell", "native", "fused"],
+        choices=[
+            f"{path}{suffix}"
+            for path in ("cell", "paired", "native", "compiled", "fused")
+            for suffix in ("", ":python")
+            if (path, suffix) != ("native", ":python")
+        ],
+        help="LSTM paths to measure, ':python' without the C++ kernels (the first is the "
+        "baseline of the ratios)",
     )
     parser.add_argument("--clip", type=float, default=3.0, help="cell and proj clip, cell paths")
     parser.add_argument(
@@ -230,8 +259,12 @@ def main() -> None:
     data.setup("fit")
 
     per_position = per_position_token_flop(model)
-    computed = computed_token_flop(model, data)
-    flop = flop_per_token(model, settings, vocab_size, computed)
+    kernels = native.native_kernels()
+    computed = {tables: computed_token_flop(model, data, tables) for tables in (False, True)}
+    flop = {
+        tables: flop_per_token(model, settings, vocab_size, computed[tables])
+        for tables in (False, True)
+    }
     on_cpu = args.accelerator == "cpu"
     rates = {
         "fp32": matmul_gflops() if on_cpu else math.nan,
@@ -251,38 +284,44 @@ def main() -> None:
         f"matmul rate (2048^3, measured): fp32 {rates['fp32']:.1f} GFLOP/s, "
         f"bf16 {rates['bf16']:.1f} GFLOP/s"
     )
+    print(f"C++ kernels: {'built for ' + kernels.detail if kernels.available else kernels.detail}")
     print(
         f"char CNN forward FLOP per token: {per_position / 1e6:8.2f} MFLOP counted per position, "
-        f"{computed / 1e6:8.2f} MFLOP as computed (distinct tokens, chunked frames)"
+        f"{computed[False] / 1e6:8.2f} MFLOP as computed in Python (distinct tokens, chunked "
+        f"frames), {computed[True] / 1e6:8.2f} MFLOP from the C++ kernel's tables"
     )
     print(
-        f"training FLOP per token:          {flop / 1e6:8.2f} MFLOP as computed "
+        f"training FLOP per token:          {flop[False] / 1e6:8.2f} MFLOP as computed in "
+        f"Python, {flop[True] / 1e6:.2f} with the C++ kernels "
         f"({flop_per_token(model, settings, vocab_size, per_position) / 1e6:.2f} with the "
-        "per-position char CNN count; the same on every path)"
+        "per-position char CNN count)"
     )
     print(
-        f"{'path':>9} {'clips':>5} {'batch':>5} {'precision':>10} {'tokens/s':>9} {'GFLOP/s':>8} "
-        f"{'of fp32':>7} {'of bf16':>7} {'x first':>7} {'warm-up s':>9}"
+        f"{'path':>14} {'clips':>5} {'batch':>5} {'precision':>10} {'tokens/s':>9} "
+        f"{'GFLOP/s':>8} {'of fp32':>7} {'of bf16':>7} {'x first':>7} {'warm-up s':>9}"
     )
     for precision in precisions:
         for batch_size in batch_sizes:
             baseline = None
-            for path in args.paths:
+            for spec in args.paths:
+                path, _, python = spec.partition(":")
                 run_model, run_settings = path_config(model, settings, path, args.clip, batch_size)
-                tps, warmup = tokens_per_second(
-                    run_model,
-                    run_settings,
-                    args.corpus,
-                    vocab_size,
-                    precision,
-                    args.steps,
-                    args.accelerator,
-                )
+                tables = kernels.available and not python and on_cpu
+                with native.turned_off() if python else contextlib.nullcontext():
+                    tps, warmup = tokens_per_second(
+                        run_model,
+                        run_settings,
+                        args.corpus,
+                        vocab_size,
+                        precision,
+                        args.steps,
+                        args.accelerator,
+                    )
                 baseline = baseline or tps
-                gflops = tps * flop / 1e9
+                gflops = tps * flop[tables] / 1e9
                 clips = "none" if path == "fused" else f"{args.clip:g}"
                 print(
-                    f"{path:>9} {clips:>5} {batch_size:>5} {precision:>10} {tps:9.0f} "
+                    f"{spec:>14} {clips:>5} {batch_size:>5} {precision:>10} {tps:9.0f} "
                     f"{gflops:8.1f} {gflops / rates['fp32']:7.1%} {gflops / rates['bf16']:7.1%} "
                     f"{tps / baseline:7.2f} {warmup:9.1f}",
                     flush=True,

@@ -18,6 +18,7 @@ LAYERS = (
         "elmolab.failpoints",
         "elmolab.hardware",
         "elmolab.openmp",
+        "elmolab.native",
     ),
     # the configuration: its schema (one dataclass per conf/ section), loading it, composing it
     ("elmolab.schema", "elmolab.config", "elmolab.params", "elmolab.tracking"),

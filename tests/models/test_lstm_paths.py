@@ -1,5 +1,6 @@
-"""The fast LSTM paths against bilm-tf's cell: the fused kernel (no clips), the compiled cell and
-the paired cell (both directions in one loop, hand-written gradients).
+"""The fast LSTM paths against bilm-tf's cell: the fused kernel (no clips), the compiled cell, the
+paired cell (both directions in one loop, hand-written gradients) and the native one (the paired
+loop in C++).
 
 bilm-tf's cell (``LstmStack(path="cell")``) is the reference: each path must compute the same
 outputs, final states and gradients from the same parameters, with states carried between
@@ -12,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import h5py
@@ -20,12 +22,14 @@ import numpy as np
 import pytest
 import torch
 
+from elmolab import native as native_module
 from elmolab.cli import main
 from elmolab.errors import ElmolabError
 from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.models.bilm_tf import export_bilm, load_bilm
 from elmolab.models.lstm import LstmStack, LstmState, LstmWithProjection, choose_lstm_path
 from elmolab.models.lstm_paired import paired_forward
+from elmolab.native import native_kernels
 from elmolab.text.chars import char_ids_for_sentences
 from elmolab.text.vocab import Vocabulary
 from elmolab.training.data import LMDataModule
@@ -33,6 +37,13 @@ from elmolab.training.pretrain import make_module
 from tests.training.test_pretrain import STORY, configs, make_corpus
 
 B, T, INPUT, CELL, PROJ, LAYERS = 6, 9, 5, 12, 4, 3
+# Where no C++ compiler builds the kernels, `auto` takes the Python loop and native cases skip.
+CLIPPED_AUTO = "native" if native_kernels().available else "paired"
+needs_kernels = pytest.mark.skipif(
+    not native_kernels().available, reason="elmolab's C++ kernels are not built here"
+)
+NATIVE_LOOP = pytest.param(True, marks=needs_kernels, id="native-loop")
+NATIVE = pytest.param("native", marks=needs_kernels)
 
 
 def _stacks(clip: float | None) -> tuple[LstmStack, LstmStack]:
@@ -110,11 +121,13 @@ def _paired_loss(outputs, finals) -> torch.Tensor:
     return total + sum(f.h.sum() + f.c.sin().sum() for f in finals)
 
 
+@pytest.mark.parametrize("native", [pytest.param(False, id="python-loop"), NATIVE_LOOP])
 @pytest.mark.parametrize("clip", [0.5, None], ids=["clips-bite", "no-clips"])
-def test_paired_equals_bilm_tf_cell(clip: float | None) -> None:
+def test_paired_equals_bilm_tf_cell(clip: float | None, native: bool) -> None:
     """Both directions in one loop with hand-written gradients against each stack on the cell:
     outputs, final states and the gradients of the inputs, the initial states and every
-    parameter (float32), over two windows with carried states and zero starts in each."""
+    parameter (float32), over two windows with carried states and zero starts in each; with the
+    time loop in Python and in C++."""
     stacks = _paired_stacks(clip)
     torch.manual_seed(1)
     resets = torch.rand(2, B, T) < 0.3
@@ -134,7 +147,7 @@ def test_paired_equals_bilm_tf_cell(clip: float | None) -> None:
         ref_finals = [r[1] for r in reference]
         ref_grads = torch.autograd.grad(_paired_loss(ref_outputs, ref_finals), leaves + params)
         forward, backward, f_state, b_state = paired_forward(
-            stacks, x, tuple(initial), resets[window]
+            stacks, x, tuple(initial), resets[window], native=native
         )
         grads = torch.autograd.grad(
             _paired_loss([forward, backward], [f_state, b_state]), leaves + params
@@ -153,7 +166,8 @@ def test_paired_equals_bilm_tf_cell(clip: float | None) -> None:
         assert any((f.c.abs() == clip).any() for f in finals)
 
 
-def test_paired_under_bf16_autocast_stays_near_the_cell() -> None:
+@pytest.mark.parametrize("native", [pytest.param(False, id="python-loop"), NATIVE_LOOP])
+def test_paired_under_bf16_autocast_stays_near_the_cell(native: bool) -> None:
     """bf16 products with float32 gates and cell state, on both paths: the outputs agree to
     bf16's rounding, and the carried states are float32."""
     stacks = _paired_stacks(3.0)
@@ -162,7 +176,9 @@ def test_paired_under_bf16_autocast_stays_near_the_cell() -> None:
     resets = torch.rand(B, T) < 0.3
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         reference = [stack(x[g], None, None, resets) for g, stack in enumerate(stacks)]
-        forward, backward, f_state, b_state = paired_forward(stacks, x, (None, None), resets)
+        forward, backward, f_state, b_state = paired_forward(
+            stacks, x, (None, None), resets, native=native
+        )
     for a, b in zip(reference[0][0] + reference[1][0], forward + backward, strict=True):
         assert b.dtype == a.dtype == torch.bfloat16
         torch.testing.assert_close(b.float(), a.float(), rtol=0, atol=0.05)
@@ -194,9 +210,69 @@ def test_torch_weights_load_into_nn_lstm_with_projection() -> None:
     assert torch.equal(bias_hh, torch.tensor([0.0, 1.0, 0.0, 0.0])[:, None].expand(4, CELL))
 
 
+@needs_kernels
+def test_native_loop_equals_python_loop_under_bf16_autocast() -> None:
+    """The C++ loop against the Python loop in the training precision (bf16 products, float32
+    states), on the default model's cell and projection sizes (the vectorised code, not only
+    its scalar tails): outputs, final states and every gradient."""
+    torch.manual_seed(4)
+    stacks = tuple(LstmStack(2, 128, 512, 128, 0.5, 0.25, use_skip_connections=True) for _ in "fb")
+    x = torch.randn(2, 16, 10, 128) * 2
+    resets = torch.rand(16, 10) < 0.2
+    found = []
+    for native in (False, True):
+        leaf = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            forward, backward, f_state, b_state = paired_forward(
+                stacks, leaf, (None, None), resets, native=native
+            )
+        params = [p for stack in stacks for p in stack.parameters()]
+        loss = _weighted(forward + backward) + f_state.c.sin().sum() + b_state.h.sum()
+        grads = torch.autograd.grad(loss, [leaf, *params])
+        found.append((forward + backward + [f_state.h, f_state.c, b_state.h, b_state.c], grads))
+    (out_py, grads_py), (out_native, grads_native) = found
+    assert any((o.abs() == 0.25).any() for o in out_py[:4])  # the clips bit (exact in bf16)
+    assert (out_py[5].abs() == 0.5).any()
+    for a, b in zip(out_py, out_native, strict=True):
+        torch.testing.assert_close(b.float(), a.float(), rtol=1e-3, atol=1e-3)
+    for a, b in zip(grads_py, grads_native, strict=True):
+        torch.testing.assert_close(b, a, rtol=2e-2, atol=2e-2 * a.abs().max().item())
+
+
+def _weighted(outputs: list[torch.Tensor]) -> torch.Tensor:
+    """A loss that weighs every output element differently."""
+    return sum((o.float() * torch.linspace(-1, 1, o.numel()).view_as(o)).sum() for o in outputs)
+
+
+def test_the_kernels_build_where_there_is_a_compiler() -> None:
+    """The test machines have a C++ compiler: the kernels must build and load there."""
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        pytest.skip("no C++ compiler on this machine")
+    kernels = native_kernels()
+    assert kernels.available, kernels.detail
+
+
+def test_without_the_native_kernels_auto_falls_back_to_paired(monkeypatch) -> None:
+    with native_module.turned_off():
+        choice = choose_lstm_path("auto", 3.0, 3.0)
+        assert (choice.path, choice.reason.endswith("(elmolab.native.turned_off)")) == (
+            "paired",
+            True,
+        )
+        with pytest.raises(ElmolabError, match="'native' needs its C\\+\\+ loop built"):
+            choose_lstm_path("native", 3.0, 3.0)
+    monkeypatch.setenv("ELMOLAB_NATIVE", "0")  # the switch for a whole run
+    native_module._load.cache_clear()
+    try:
+        assert "ELMOLAB_NATIVE=0" in choose_lstm_path("auto", 3.0, 3.0).reason
+    finally:
+        native_module._load.cache_clear()
+
+
 def test_path_choice_and_bad_settings() -> None:
     assert choose_lstm_path("auto", None, None).path == "fused"
-    assert choose_lstm_path("auto", 3.0, None).path == "paired"
+    assert choose_lstm_path("auto", 3.0, None).path == CLIPPED_AUTO
+    assert choose_lstm_path("paired", 3.0, 3.0).path == "paired"
     assert choose_lstm_path("cell", 3.0, 3.0).path == "cell"
     assert choose_lstm_path("compiled", 3.0, 3.0).path == "compiled"
     with pytest.raises(ElmolabError, match="'fused' needs cell_clip and proj_clip null"):
@@ -204,8 +280,8 @@ def test_path_choice_and_bad_settings() -> None:
     with pytest.raises(ElmolabError, match="lstm_path must be one of"):
         choose_lstm_path("cudnn", None, None)
     clipped = BiLM(BiLMOptions.published("small"))
-    assert clipped.lstm_path.path == "paired"
-    assert clipped.forward_lstm.path == clipped.backward_lstm.path == "paired"
+    assert clipped.lstm_path.path == CLIPPED_AUTO
+    assert clipped.forward_lstm.path == clipped.backward_lstm.path == CLIPPED_AUTO
 
 
 def _no_clip_options(model_cfg) -> dict:
@@ -214,14 +290,14 @@ def _no_clip_options(model_cfg) -> dict:
     return options
 
 
-@pytest.mark.parametrize("path", ["fused", "paired"])
+@pytest.mark.parametrize("path", ["fused", "paired", NATIVE])
 def test_bilm_encode_lm_fast_path_equals_cell_in_training(tmp_path: Path, path: str) -> None:
     """The training entry point on real batches: forward and backward stream, zero starts in
     both directions, states carried into a second window, gradients of every parameter
     (``fused`` on the model without clips, ``paired`` with the tiny preset's clips)."""
     corpus = make_corpus(tmp_path)
     model_cfg, settings, _ = configs()
-    options = model_cfg.options() if path == "paired" else _no_clip_options(model_cfg)
+    options = model_cfg.options() if path != "fused" else _no_clip_options(model_cfg)
     options = dataclasses.replace(BiLMOptions.from_dict(options), dropout=0.0)
     torch.manual_seed(0)
     reference = BiLM(options, lstm_path="cell")
@@ -252,17 +328,19 @@ def test_bilm_encode_lm_fast_path_equals_cell_in_training(tmp_path: Path, path: 
             torch.testing.assert_close(b.h, a.h, rtol=0, atol=2e-6)
 
 
-@pytest.mark.parametrize("path", ["fused", "paired"])
+@pytest.mark.parametrize("path", ["fused", "paired", NATIVE])
 def test_trained_on_a_fast_path_exports_bit_for_bit_and_embeds_the_same(
     tmp_path: Path, path: str
 ) -> None:
     """A few Adam steps on a fast path (dropout on), export to bilm-tf's files, re-import:
     every parameter bit for bit; ``elmolab embed`` on the files gives the trained module's
-    features (``fused``: the model without clips; ``paired``: with the tiny preset's clips)."""
+    features (``fused``: the model without clips; ``paired`` and ``native``: with the tiny
+    preset's clips)."""
     corpus = make_corpus(tmp_path)
     model_cfg, settings, _ = configs()
     if path == "fused":
         model_cfg.lstm = {**model_cfg.lstm, "cell_clip": None, "proj_clip": None}
+    settings.lstm_path = path
     settings.zero_state_share = 0.5
     settings.optimizer = {"_target_": "torch.optim.Adam", "_partial_": True, "lr": 0.01}
     pl.seed_everything(2, verbose=False)
@@ -285,7 +363,7 @@ def test_trained_on_a_fast_path_exports_bit_for_bit_and_embeds_the_same(
 
     export_bilm(trained, tmp_path / "options.json", tmp_path / "weights.hdf5")
     reloaded = load_bilm(tmp_path / "options.json", tmp_path / "weights.hdf5")
-    assert reloaded.lstm_path.path == path
+    assert reloaded.lstm_path.path == ("fused" if path == "fused" else CLIPPED_AUTO)
     for (name, a), (_, b) in zip(
         trained.state_dict().items(), reloaded.state_dict().items(), strict=True
     ):

@@ -250,7 +250,8 @@ class BiLM(nn.Module):
 
     ``BiLM(options, stateful=False, lstm_path="auto")``; ``options.dropout`` applies in train mode
     only. ``lstm_path`` picks how the LSTMs compute (``elmolab.models.lstm``: ``cell``,
-    ``compiled``, ``fused``, ``paired``, or ``auto``: fused without clips, paired with them);
+    ``compiled``, ``fused``, ``paired``, ``native``, or ``auto``: fused without clips, native
+    with them, paired where native's C++ loop cannot be built);
     every path computes the same function of the same parameters. Submodules:
     ``token_encoder`` (CharCNN), ``forward_lstm`` and ``backward_lstm`` (LstmStack).
     """
@@ -385,12 +386,13 @@ class BiLM(nn.Module):
         """``encode_lm`` from the token vectors (2 * batch, time, proj) of both streams (forward
         rows first), e.g. to run the LSTMs twice over one pass of the char CNN."""
         batch = tokens.shape[0] // 2
-        if self.lstm_path.path == "paired":
+        if self.lstm_path.path in ("paired", "native"):
             forward, backward, forward_state, backward_state = paired_forward(
                 (self.forward_lstm, self.backward_lstm),
                 tokens.view(2, batch, *tokens.shape[1:]),
                 (None, None) if states is None else states,
                 resets,
+                native=self.lstm_path.path == "native",
             )
             return forward, backward, _detached(forward_state, backward_state)
         forward, forward_state = self.forward_lstm(

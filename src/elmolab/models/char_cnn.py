@@ -26,6 +26,13 @@ The fast path gives the per-filter convolution's outputs up to float rounding:
   every kernel zero-padded to ``max_width``; windows that would run past the frame see more
   padding (and repeat an all-padding window), or, when the frame is the whole token, -inf;
 - the bias is added after the max (rounding is monotone, so ``max(x + b) == max(x) + b``).
+
+On the CPU with elmolab's C++ kernels loaded (``elmolab.native``), the convolutions and their max
+come from lookup tables instead (``char_cnn.cpp``): with ``T_k = E K_k`` (characters x filters,
+one table per offset ``k`` of the widest window, in float32), a window at ``p`` is
+``sum_k T_k[c_{p+k}]``, one row added per offset instead of ``char_dim`` multiply-adds per filter.
+Backward adds each filter's gradient to the rows of its arg-max window only; ``d E`` and ``d K``
+follow from ``T = E K``.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from elmolab.native import native_kernels
 from elmolab.text.chars import PAD_CHAR
 
 PAD_ID = PAD_CHAR + 1  # the padding inside a token, as an inference id
@@ -197,6 +205,8 @@ class CharCNN(nn.Module):
 
     def _filters(self, char_ids: Tensor) -> Tensor:
         """Max over positions of every filter, plus bias, through the activation."""
+        if _native_applies(char_ids, self.char_embed):
+            return self._filters_from_tables(char_ids)
         chars = char_ids.shape[1]
         positions = torch.arange(1, chars + 1, device=char_ids.device)  # (chars,)
         order, chunks = length_chunks(char_ids, self.max_width)
@@ -221,3 +231,49 @@ class CharCNN(nn.Module):
         bias = torch.cat(list(self.conv_biases))  # (n_filters,)
         z = torch.cat(maxima)[torch.argsort(order)] + bias  # (tokens, n_filters), input order
         return ACTIVATIONS[self.activation](z)  # (tokens, n_filters)
+
+    def _filters_from_tables(self, char_ids: Tensor) -> Tensor:
+        """``_filters`` by the C++ kernel over the tables ``T_k = E K_k`` (module docstring)."""
+        kernel = torch.cat(  # (max_width, char_dim, n_filters), every kernel zero-padded
+            [F.pad(w, (0, 0, 0, 0, 0, self.max_width - w.shape[0])) for w in self.conv_weights],
+            dim=-1,
+        )
+        with torch.autocast(char_ids.device.type, enabled=False):
+            tables = torch.einsum("vd,wdf->wvf", self.char_embed, kernel)  # (max_width, chars, F)
+            maxima = _TableConvMax.apply(tables, char_ids, self.filter_widths)  # (tokens, F)
+            z = maxima + torch.cat(list(self.conv_biases))  # (tokens, n_filters)
+        return ACTIVATIONS[self.activation](z)  # (tokens, n_filters)
+
+
+def _native_applies(char_ids: Tensor, char_embed: Tensor) -> bool:
+    """The table kernel runs float32 parameters on the CPU."""
+    return (
+        char_ids.device.type == "cpu"
+        and char_embed.dtype == torch.float32
+        and native_kernels().available
+    )
+
+
+class _TableConvMax(torch.autograd.Function):
+    """Every filter's max over the windows of each token (``char_cnn.cpp``): ``tables`` (W, V, F)
+    float32, ``char_ids`` (tokens, chars), ``widths`` (F,) -> (tokens, F) float32."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx, tables: Tensor, char_ids: Tensor, widths: Tensor
+    ) -> Tensor:
+        maxima, argmax = torch.ops.elmolab.char_conv_max_forward(tables, char_ids, widths, PAD_ID)
+        ctx.save_for_backward(argmax, char_ids, widths)
+        ctx.table_shape = tables.shape
+        return maxima
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx, d_maxima: Tensor
+    ) -> tuple[Tensor | None, ...]:
+        argmax, char_ids, widths = ctx.saved_tensors
+        width, chars, _ = ctx.table_shape
+        d_tables = torch.ops.elmolab.char_conv_max_backward(
+            d_maxima, argmax, char_ids, widths, width, chars
+        )
+        return d_tables, None, None

@@ -23,8 +23,8 @@ Mixed precision (autocast): the matmuls run in the autocast dtype (bf16); the ga
 the cell state ``c`` and the carried ``h`` stay float32, so a long sequence does not accumulate
 bf16 rounding in its memory. Without autocast every step is one fused ``addmm`` in the input dtype.
 
-Four ways to compute the same layers (``LstmStack(path=...)``; the parameters and so the weight
-files are the same for all four):
+Five ways to compute the same layers (``LstmStack(path=...)``; the parameters and so the weight
+files are the same for all five):
 
 - ``cell``: the loop above, one Python step per time step: bilm-tf's cell, clips included; the
   reference.
@@ -44,6 +44,9 @@ files are the same for all four):
   row runs every step) with both directions of a layer in one time loop and the loop's gradients
   written out by hand (``elmolab.models.lstm_paired``), clips included. Rows of different
   lengths (feature extraction) run each stack on the ``cell`` loop.
+- ``native``: ``paired`` with its time loop in C++, built on first use with the system's
+  compiler (``elmolab.native``); what ``auto`` picks for a model with clips when the build
+  works.
 """
 
 from __future__ import annotations
@@ -60,11 +63,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from elmolab.errors import ElmolabError
+from elmolab.native import native_kernels
 
 FORGET_BIAS = 1.0  # TensorFlow's LSTMCell adds it to the forget gate at run time
 # PyTorch says so on every first fused call; the fused path means its C++ loop, not oneDNN's.
 warnings.filterwarnings("ignore", message="LSTM with projections is not supported with oneDNN")
-LSTM_PATHS = ("auto", "cell", "compiled", "fused", "paired")  # what `lstm_path` may name
+LSTM_PATHS = ("auto", "cell", "compiled", "fused", "paired", "native")  # what `lstm_path` names
 
 
 def _torch_gate_order(tensor: Tensor) -> Tensor:
@@ -104,7 +108,7 @@ def cell_step(
 class LstmPathChoice:
     """The LSTM path a model computes with and why (recorded in metrics.json)."""
 
-    path: str  # "cell", "compiled" or "fused"
+    path: str  # one of LSTM_PATHS but "auto"
     reason: str
     requested: str  # the setting, e.g. "auto"
 
@@ -116,8 +120,9 @@ def choose_lstm_path(
     requested: str, cell_clip: float | None, proj_clip: float | None
 ) -> LstmPathChoice:
     """Resolve an ``lstm_path`` setting: ``auto`` takes the fastest exact path for the model,
-    ``fused`` without clips, ``paired`` with them; anything else is kept as named (``fused``
-    with clips is an ElmolabError)."""
+    ``fused`` without clips, ``native`` with them (``paired`` where its C++ loop cannot be
+    built); anything else is kept as named (``fused`` with clips, or ``native`` without its
+    loop, is an ElmolabError)."""
     if requested not in LSTM_PATHS:
         raise ElmolabError(f"lstm_path must be one of {LSTM_PATHS}, got {requested!r}")
     clips = (cell_clip, proj_clip) != (None, None)
@@ -126,16 +131,22 @@ def choose_lstm_path(
             "lstm_path 'fused' needs cell_clip and proj_clip null (the model has "
             f"{cell_clip} and {proj_clip}): use 'cell', 'compiled' or 'auto'"
         )
+    if requested == "native" and not (loop := native_kernels()).available:
+        raise ElmolabError(f"lstm_path 'native' needs its C++ loop built: {loop.detail}")
     if requested != "auto":
         return LstmPathChoice(requested, "set in the config", requested)
-    if clips:
+    if not clips:
+        return LstmPathChoice("fused", "no clips: PyTorch's fused LSTM kernel", requested)
+    paired = (
+        "the model clips its cells or outputs: bilm-tf's cell, both directions in one loop with "
+        "hand-written gradients"
+    )
+    loop = native_kernels()
+    if loop.available:
         return LstmPathChoice(
-            "paired",
-            "the model clips its cells or outputs: bilm-tf's cell, both directions in one loop "
-            "with hand-written gradients",
-            requested,
+            "native", f"{paired}, the time loop in C++ on the CPU (Python's elsewhere)", requested
         )
-    return LstmPathChoice("fused", "no clips: PyTorch's fused LSTM kernel", requested)
+    return LstmPathChoice("paired", f"{paired}; no C++ loop: {loop.detail}", requested)
 
 
 @functools.cache
@@ -323,10 +334,10 @@ class LstmStack(nn.Module):
         self.set_path(path)
 
     def set_path(self, path: str) -> None:
-        """Compute with ``cell``, ``compiled``, ``fused``, ``paired`` (module docstring) or the
-        ``auto`` choice of ``choose_lstm_path`` from now on; ``fused`` needs both clips None.
-        A stack on ``paired`` runs alone on the ``cell`` loop: the pairing happens in
-        ``BiLM.encode_lm``, which holds both stacks."""
+        """Compute with ``cell``, ``compiled``, ``fused``, ``paired``, ``native`` (module
+        docstring) or the ``auto`` choice of ``choose_lstm_path`` from now on; ``fused`` needs
+        both clips None. A stack on ``paired`` or ``native`` runs alone on the ``cell`` loop: the
+        pairing happens in ``BiLM.encode_lm``, which holds both stacks."""
         self.path = choose_lstm_path(path, self.cell_clip, self.proj_clip).path
         for layer in self.layers:
             layer.compiled = path == "compiled"

@@ -29,15 +29,21 @@ and backward, with ``dh``/``dc`` the gradients arriving at ``h_t``/``c_t``::
 
 Precision: the matmuls run in ``matmul_dtype`` (bf16 under autocast), everything else in
 float32, as on the ``cell`` path.
+
+The ``native`` path is this computation with the time loop in C++ (``lstm_paired.cpp``, built on
+first use by ``elmolab.native``): each step's elementwise work is one vectorised pass
+over each row instead of a dozen tensor ops, and no Python runs between the steps. It applies to
+float32 states on the CPU; elsewhere (a GPU, float64) the loop below runs.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from elmolab.errors import ElmolabError
 from elmolab.models.lstm import FORGET_BIAS, LstmStack, LstmState
+from elmolab.native import dropout, native_kernels
 
 
 def _tanh_from_sigmoid_(x: Tensor) -> Tensor:
@@ -47,10 +53,12 @@ def _tanh_from_sigmoid_(x: Tensor) -> Tensor:
 
 class _PairedLayer(torch.autograd.Function):
     """The time loop of one layer, both directions, laid out direction-major: ``xw`` (G, T, B, 4C)
-    float32, ``W_h`` (G, P, 4C) and ``W_P`` (G, C, P) in the matmul dtype, ``h0`` (G, B, P) and
-    ``c0`` (G, B, C) float32, ``keep`` (T, B, 1) float32 or None (0 where rows restart from zeros).
-    ``xw`` and ``W_h`` come with the j gate's block doubled: ``tanh(z) = 2 sigmoid(2 z) - 1``, so
-    one sigmoid over all four gates computes them (``tanh`` is several times slower on the CPU).
+    the input products ``x_t W_x``, ``W_h`` (G, P, 4C) and ``W_P`` (G, C, P), all three in the
+    matmul dtype; ``bias`` (G, 4C), ``h0`` (G, B, P) and ``c0`` (G, B, C) in the state dtype
+    (float32 under autocast), ``keep`` (T, B, 1) likewise or None (0 where rows restart from
+    zeros). ``xw``, ``bias`` and ``W_h`` come with the j gate's block doubled: ``tanh(z) =
+    2 sigmoid(2 z) - 1``, so one sigmoid over all four gates computes them (``tanh`` is several
+    times slower on the CPU). The bias is added in the state dtype, ``(xw + bias) + h W_h``.
 
     Returns the outputs (G, T, B, P) in ``out_dtype`` and the final ``h`` and ``c``, float32.
     """
@@ -58,7 +66,8 @@ class _PairedLayer(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: torch.autograd.function.FunctionCtx,
-        xw: Tensor,
+        xw_mm: Tensor,
+        bias: Tensor,
         W_h: Tensor,
         W_P: Tensor,
         h0: Tensor,
@@ -67,7 +76,18 @@ class _PairedLayer(torch.autograd.Function):
         cell_clip: float | None,
         proj_clip: float | None,
         out_dtype: torch.dtype,
+        native: bool,
     ) -> tuple[Tensor, Tensor, Tensor]:
+        ctx.clips = (cell_clip, proj_clip)
+        ctx.dtypes = (xw_mm.dtype, bias.dtype, h0.dtype, c0.dtype)
+        ctx.native = native and _native_applies(bias, W_h)
+        if ctx.native:
+            outputs, h, c, *saved = torch.ops.elmolab.paired_lstm_forward(
+                xw_mm, bias, W_h, W_P, h0, c0, keep, cell_clip, proj_clip
+            )  # saved: acts, cells, cell_raw, tanh_c, hs, ms, h_raw
+            ctx.save_for_backward(*saved, W_h, W_P, keep)
+            return outputs.to(out_dtype), h, c
+        xw = xw_mm.to(bias.dtype) + bias[:, None, None]  # (G, T, B, 4C)
         G, T, B, four_c = xw.shape
         C, P = four_c // 4, W_P.shape[2]
         mm = W_h.dtype
@@ -111,8 +131,6 @@ class _PairedLayer(torch.autograd.Function):
             h = h.to(xw.dtype)
             outputs[:, t] = h
         ctx.save_for_backward(acts, cells, cell_raw, tanh_c, hs, ms, h_raw, W_h, W_P, keep)
-        ctx.clips = (cell_clip, proj_clip)
-        ctx.dtypes = (xw.dtype, h0.dtype, c0.dtype)
         return outputs, h, cells[:, T].clone()
 
     @staticmethod
@@ -121,8 +139,25 @@ class _PairedLayer(torch.autograd.Function):
     ) -> tuple[Tensor | None, ...]:
         acts, cells, cell_raw, tanh_c, hs, ms, h_raw, W_h, W_P, keep = ctx.saved_tensors
         cell_clip, proj_clip = ctx.clips
+        if ctx.native:
+            d_gates_mm, d_bias, d_h_raw, dh, dc = torch.ops.elmolab.paired_lstm_backward(
+                d_out.float(),
+                d_hT.float(),
+                d_cT.float(),
+                acts,
+                cells,
+                cell_raw,
+                tanh_c,
+                h_raw,
+                W_h,
+                W_P,
+                keep,
+                cell_clip,
+                proj_clip,
+            )
+            return _backward_result(ctx, d_gates_mm, d_bias, d_h_raw, dh, dc, hs, ms, W_h, W_P)
         G, T, B, four_c = acts.shape
-        C, P = four_c // 4, W_P.shape[2]
+        P = W_P.shape[2]
         mm = W_h.dtype
         W_hT, W_PT = W_h.transpose(1, 2), W_P.transpose(1, 2)  # (G, 4C, P), (G, P, C)
         d_gates = acts.new_empty(G, T, B, four_c)
@@ -152,21 +187,51 @@ class _PairedLayer(torch.autograd.Function):
             dh = torch.bmm(d_gates_mm[:, t], W_hT).to(acts.dtype)  # (G, B, P)
             if keep is not None:
                 dh, dc = dh * keep[t], dc * keep[t]
-        # dW_h[g] = sum over steps and rows of h_{t-1}^T d gates_t; dW_P likewise.
-        d_W_h = torch.bmm(hs.view(G, T * B, P).transpose(1, 2), d_gates_mm.view(G, T * B, -1))
-        d_W_P = torch.bmm(ms.view(G, T * B, C).transpose(1, 2), d_h_raw.view(G, T * B, P))
-        xw_dtype, h_dtype, c_dtype = ctx.dtypes
-        return (
-            d_gates.to(xw_dtype),
-            d_W_h.to(W_h.dtype),
-            d_W_P.to(W_P.dtype),
-            dh.to(h_dtype),
-            dc.to(c_dtype),
-            None,
-            None,
-            None,
-            None,
-        )
+        d_bias = d_gates.sum((1, 2))
+        return _backward_result(ctx, d_gates_mm, d_bias, d_h_raw, dh, dc, hs, ms, W_h, W_P)
+
+
+def _native_applies(bias: Tensor, W_h: Tensor) -> bool:
+    """The native loop computes float32 states on the CPU, products in float32 or bf16."""
+    return (
+        bias.device.type == "cpu"
+        and bias.dtype == torch.float32
+        and W_h.dtype in (torch.float32, torch.bfloat16)
+    )
+
+
+def _backward_result(
+    ctx: torch.autograd.function.FunctionCtx,
+    d_gates_mm: Tensor,
+    d_bias: Tensor,
+    d_h_raw: Tensor,
+    dh: Tensor,
+    dc: Tensor,
+    hs: Tensor,
+    ms: Tensor,
+    W_h: Tensor,
+    W_P: Tensor,
+) -> tuple[Tensor | None, ...]:
+    """``_PairedLayer.backward``'s gradients from the loop's: the weights' from one matmul each,
+    ``dW_h[g] = sum_t h_{t-1}^T d gates_t`` and ``dW_P[g] = sum_t m_t^T dh~_t``."""
+    G, T, B, P = hs.shape
+    C = ms.shape[3]
+    d_W_h = torch.bmm(hs.view(G, T * B, P).transpose(1, 2), d_gates_mm.view(G, T * B, -1))
+    d_W_P = torch.bmm(ms.view(G, T * B, C).transpose(1, 2), d_h_raw.view(G, T * B, P))
+    xw_dtype, bias_dtype, h_dtype, c_dtype = ctx.dtypes
+    return (
+        d_gates_mm.to(xw_dtype),
+        d_bias.to(bias_dtype),
+        d_W_h.to(W_h.dtype),
+        d_W_P.to(W_P.dtype),
+        dh.to(h_dtype),
+        dc.to(c_dtype),
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
 
 
 def paired_forward(
@@ -174,15 +239,20 @@ def paired_forward(
     inputs: Tensor,
     states: tuple[LstmState | None, LstmState | None],
     resets: Tensor | None,
+    native: bool = False,
 ) -> tuple[list[Tensor], list[Tensor], LstmState, LstmState]:
     """Both stacks of a biLM over their training windows, as ``LstmStack.forward`` computes
-    each (dropout on each layer's input in training, skip connections from layer 2 on).
+    each (dropout on each layer's input in training, skip connections from layer 2 on);
+    ``native``: the time loop in C++ (the ``native`` path; ``elmolab.native`` must have
+    loaded it).
 
     ``inputs``: (2, batch, time, input), the forward stack's rows first; every row runs every
     step. ``states``: each stack's initial state or None (zeros). ``resets``: bool (batch, time),
     True where both directions' rows restart from zeros before that step.
     Returns each stack's layer outputs n_layers x (batch, time, proj) and final states.
     """
+    if native and not (loop := native_kernels()).available:
+        raise ElmolabError(f"the native LSTM loop is not available: {loop.detail}")
     forward_stack, backward_stack = stacks
     G, batch, time, _ = inputs.shape
     device = inputs.device.type
@@ -198,7 +268,7 @@ def paired_forward(
     pairs = zip(forward_stack.layers, backward_stack.layers, strict=True)
     for k, (fwd, bwd) in enumerate(pairs):
         if forward_stack.training and forward_stack.dropout > 0:
-            x = F.dropout(x, forward_stack.dropout, training=True)
+            x = dropout(x, forward_stack.dropout)
         C = fwd.cell_size
         with torch.autocast(device, enabled=False):
             # The j gate's columns doubled (exact): _PairedLayer's tanh(z) = 2 sigmoid(2 z) - 1.
@@ -210,13 +280,11 @@ def paired_forward(
             forget[2 * C : 3 * C] = FORGET_BIAS
             bias = ((torch.stack([fwd.B, bwd.B]) + forget) * doubled).to(state_dtype)  # (G, 4C)
             flat = x.reshape(G, time * batch, -1)  # (G, time * batch, input)
-            if mixed:
-                xw = torch.bmm(flat.to(mm), W_x.to(mm)).float().add_(bias[:, None])
-            else:
-                xw = torch.baddbmm(bias[:, None], flat, W_x)  # (G, time * batch, 4C)
+            xw = torch.bmm(flat.to(mm), W_x.to(mm))  # (G, time * batch, 4C)
             h0, c0 = _initial(states, k, G, batch, fwd, inputs)
             y, h, c = _PairedLayer.apply(
                 xw.view(G, time, batch, 4 * C),
+                bias,
                 W_h.to(mm),
                 torch.stack([fwd.W_P, bwd.W_P]).to(mm),
                 h0.to(state_dtype),
@@ -225,6 +293,7 @@ def paired_forward(
                 fwd.cell_clip,
                 fwd.proj_clip,
                 inputs.dtype,
+                native,
             )  # (G, time, batch, proj), (G, batch, proj), (G, batch, cell)
         if forward_stack.use_skip_connections and k > 0:
             y = y + x

@@ -33,7 +33,6 @@ from typing import Any
 import hydra
 import lightning.pytorch as pl
 import torch
-import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import Tensor
 
@@ -41,6 +40,7 @@ from elmolab.errors import ElmolabError
 from elmolab.failpoints import failpoint
 from elmolab.models.bilm import BiLM, BiLMOptions, BiLMState
 from elmolab.models.lstm import LstmState
+from elmolab.native import dropout
 from elmolab.training.data import LMBatch
 from elmolab.training.softmax import LMSoftmax
 
@@ -140,7 +140,7 @@ class BiLMPretrainer(pl.LightningModule):
         """The mean training NLL of each direction; (batch, time, proj) hidden states."""
         hidden = [forward, backward]
         if self.training and self.dropout > 0:
-            hidden = [F.dropout(h, self.dropout, training=True) for h in hidden]
+            hidden = [dropout(h, self.dropout) for h in hidden]
         hidden = [h.reshape(-1, h.shape[-1]) for h in hidden]  # (batch * time, proj) each
         targets = [batch["forward_targets"].reshape(-1), batch["backward_targets"].reshape(-1)]
         if self.share_negatives:  # one call: one set of candidates for both directions
@@ -254,6 +254,28 @@ class BiLMPretrainer(pl.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
         }
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Lightning's clipping, also for an optimizer that unscales gradients itself (fused
+        Adam): Lightning refuses to clip for those under mixed precision, yet without a gradient
+        scaler (bf16, float32) there is nothing to unscale and the gradients are the true ones."""
+        unscales_itself = getattr(optimizer, "_step_supports_amp_scaling", False)
+        scaler = getattr(self.trainer.precision_plugin, "scaler", None)
+        if not (unscales_itself and gradient_clip_val) or scaler is not None:
+            super().configure_gradient_clipping(
+                optimizer, gradient_clip_val, gradient_clip_algorithm
+            )
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if gradient_clip_algorithm == "value":
+            torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+        else:
+            torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["lstm_states"] = None if self.states is None else _state_to_dict(self.states)

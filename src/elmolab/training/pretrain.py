@@ -51,6 +51,7 @@ from elmolab.fsutil import atomic_dir, atomic_hdf5, atomic_path, write_json
 from elmolab.hardware import PrecisionChoice, choose_precision, peak_memory
 from elmolab.io.results import CURVE_COLUMNS, CURVE_FILE, METRICS_FILE
 from elmolab.models.bilm_tf import export_bilm, save_bilm_checkpoint
+from elmolab.native import native_kernels
 from elmolab.schema import ModelConfig, PretrainConfig, TrainerConfig
 from elmolab.text.vocab import Vocabulary
 from elmolab.training.data import LMDataModule
@@ -296,6 +297,7 @@ def pretrain(
         **_evaluation(val, test, stats),
         "precision": precision.as_dict(),
         "lstm_path": module.bilm.lstm_path.as_dict(),
+        "native_kernels": native_kernels().as_dict(),
         "eval_logits": eval_logits,
         "tokens_per_second": round(throughput.tokens_per_second, 1),
         "wall_seconds": round(time.perf_counter() - started, 1),
@@ -415,6 +417,7 @@ def random_control(
         **_evaluation(val, test, stats),
         "precision": precision.as_dict(),
         "lstm_path": module.bilm.lstm_path.as_dict(),
+        "native_kernels": native_kernels().as_dict(),
         "eval_logits": eval_logits,
         "wall_seconds": round(time.perf_counter() - started, 1),
         "steps": 0,

@@ -34,6 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from elmolab.native import native_kernels
+
 SoftmaxKind = Literal["full", "sampled", "adaptive"]
 
 # Rows of full-softmax logits evaluated at once are bounded so that one chunk of (rows, V) float32
@@ -142,6 +144,10 @@ class _SampledLogNormaliser(torch.autograd.Function):
     An accidental hit (row ``r`` whose target is candidate ``c``) gets ``exp(s_c - m) = 0``,
     the logit ``-inf`` of TF's ``remove_accidental_hits``. Matmuls run in the dtype autocast
     chose for the forward one, in backward too, like autograd's own ``addmm``.
+
+    On the CPU, with elmolab's C++ kernels loaded (``elmolab.native``), the elementwise part runs
+    in one pass per row each way (``sampled_softmax.cpp``): the same arithmetic without the
+    ``(N, S)`` dtype copies and temporaries, the column sums of the bias gradient included.
     """
 
     @staticmethod
@@ -151,17 +157,24 @@ class _SampledLogNormaliser(torch.autograd.Function):
         candidate_weight: torch.Tensor,
         candidate_bias: torch.Tensor,
         target_logits: torch.Tensor,
-        hit_rows: torch.Tensor,
-        hit_columns: torch.Tensor,
+        hit_column: torch.Tensor,
     ) -> torch.Tensor:
         logits = torch.addmm(candidate_bias, hidden, candidate_weight.t())  # (N, S) s_c
         ctx.matmul_dtype = logits.dtype
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # (N, S)
-        row_max = torch.maximum(logits.amax(-1), target_logits)  # (N,) m
-        exp_logits = logits.sub_(row_max[:, None]).exp_()  # (N, S) exp(s_c - m)
-        exp_logits[hit_rows, hit_columns] = 0.0
+        ctx.native = _native_applies(logits, target_logits)
+        if ctx.native:
+            exp_logits, row_max, exp_sum = torch.ops.elmolab.sampled_lognorm_forward(
+                logits, target_logits, hit_column
+            )  # (N, S) exp(s_c - m), (N,) m, (N,)
+        else:
+            logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # (N, S)
+            row_max = torch.maximum(logits.amax(-1), target_logits)  # (N,) m
+            exp_logits = logits.sub_(row_max[:, None]).exp_()  # (N, S) exp(s_c - m)
+            hit_rows = (hit_column >= 0).nonzero().squeeze(1)  # (hits,)
+            exp_logits[hit_rows, hit_column[hit_rows]] = 0.0
+            exp_sum = exp_logits.sum(-1)  # (N,)
         exp_target = (target_logits - row_max).exp()  # (N,) exp(l_y - m)
-        total = exp_logits.sum(-1) + exp_target  # (N,)
+        total = exp_sum + exp_target  # (N,)
         ctx.save_for_backward(hidden, candidate_weight, exp_logits, exp_target, total)
         ctx.input_dtypes = (hidden.dtype, candidate_weight.dtype, candidate_bias.dtype)
         return row_max + total.log()  # (N,)
@@ -173,10 +186,16 @@ class _SampledLogNormaliser(torch.autograd.Function):
         hidden, candidate_weight, exp_logits, exp_target, total = ctx.saved_tensors
         hidden_dtype, weight_dtype, bias_dtype = ctx.input_dtypes
         scale = grad / total  # (N,) the softmax is exp(s - m) / total
-        grad_logits = exp_logits * scale[:, None]  # (N, S)
-        grad_bias = grad_logits.sum(0).to(bias_dtype)  # (S,)
         dtype = ctx.matmul_dtype
-        grad_logits = grad_logits.to(dtype)  # (N, S)
+        if ctx.native:
+            grad_logits, grad_bias = torch.ops.elmolab.sampled_lognorm_backward(
+                exp_logits, scale, dtype
+            )  # (N, S) in dtype, (S,) float32
+        else:
+            grad_logits = exp_logits * scale[:, None]  # (N, S)
+            grad_bias = grad_logits.sum(0)  # (S,)
+            grad_logits = grad_logits.to(dtype)  # (N, S)
+        grad_bias = grad_bias.to(bias_dtype)
         grad_hidden = grad_logits @ candidate_weight.to(dtype)  # (N, dim)
         grad_weight = grad_logits.t() @ hidden.to(dtype)  # (S, dim)
         return (
@@ -185,8 +204,17 @@ class _SampledLogNormaliser(torch.autograd.Function):
             grad_bias,
             exp_target * scale,
             None,
-            None,
         )
+
+
+def _native_applies(logits: torch.Tensor, target_logits: torch.Tensor) -> bool:
+    """The C++ kernels take float32 or bf16 logits and float32 targets, on the CPU."""
+    return (
+        logits.device.type == "cpu"
+        and logits.dtype in (torch.float32, torch.bfloat16)
+        and target_logits.dtype == torch.float32
+        and native_kernels().available
+    )
 
 
 def sampled_softmax_nll(
@@ -219,16 +247,14 @@ def sampled_softmax_nll(
         (weight.shape[0],), -1, dtype=torch.long, device=candidates.device
     )
     column_of_class[candidates] = torch.arange(len(candidates), device=candidates.device)
-    hit_column = column_of_class[targets]  # (N,)
-    hit_rows = (hit_column >= 0).nonzero().squeeze(1)  # (hits,)
+    hit_column = column_of_class[targets]  # (N,) the target's column, -1 if not a candidate
 
     log_normaliser = _SampledLogNormaliser.apply(  # (N,)
         hidden,
         weight[candidates],
         bias[candidates] - candidate_log_q,
         target_logits,
-        hit_rows,
-        hit_column[hit_rows],
+        hit_column,
     )
     return log_normaliser - target_logits  # (N,)
 
