@@ -18,9 +18,10 @@ as a share of both matmul rates. The paths (``pretrain.lstm_path``):
   picks for a model without clips).
 
 A path named ``NAME:python`` runs with elmolab's C++ kernels turned off (``elmolab.native``:
-the char CNN's table kernel and the sampled softmax's kernel as well as the native LSTM loop),
-as the code computed before they came: ``cell:python`` is the old default, the first row and
-baseline by default. The ratio of each path to the first one is printed too: other jobs on the
+the char CNN's table kernel, the sampled softmax's and the dropout kernel as well as the native
+LSTM loop) and with Adam's per-parameter loop instead of ``fused`` (which came with them), as
+the code computed before: ``cell:python`` is the old default, the first row and baseline by
+default. The ratio of each path to the first one is printed too: other jobs on the
 machine move the absolute figures, much less their ratio.
 
 The char CNN's FLOP are counted three ways: per position (every token of both streams, every
@@ -306,6 +307,9 @@ def main() -> None:
             for spec in args.paths:
                 path, _, python = spec.partition(":")
                 run_model, run_settings = path_config(model, settings, path, args.clip, batch_size)
+                if python:  # Adam as before the kernels: its per-parameter loop
+                    optimizer = {**run_settings.optimizer, "fused": None}
+                    run_settings = dataclasses.replace(run_settings, optimizer=optimizer)
                 tables = kernels.available and not python and on_cpu
                 with native.turned_off() if python else contextlib.nullcontext():
                     tps, warmup = tokens_per_second(
