@@ -60,7 +60,7 @@ from omegaconf import OmegaConf
 from elmolab import native
 from elmolab.config import section
 from elmolab.hardware import choose_precision, cpu_model, native_bf16_flags
-from elmolab.models.char_cnn import PAD_ID, length_chunks
+from elmolab.models.char_cnn import length_chunks, token_lengths
 from elmolab.params import compose_params
 from elmolab.schema import ModelConfig, PretrainConfig
 from elmolab.text.vocab import Vocabulary
@@ -116,10 +116,8 @@ def computed_token_flop(
         both = torch.cat([batch["forward_char_ids"], batch["backward_char_ids"]])
         distinct = torch.unique(both.reshape(-1, both.shape[-1]), dim=0)  # (distinct, chars)
         if tables:
-            chars = distinct.shape[1]
-            filled = (distinct != PAD_ID) & (distinct != 0)
-            lengths = (filled * torch.arange(1, chars + 1)).amax(dim=1)  # (distinct,)
-            windows = (lengths.clamp(max=chars - min_width) + 1).sum().item()
+            last = distinct.shape[1] - min_width  # the last position a window fits
+            windows = (token_lengths(distinct).clamp(max=last) + 1).sum().item()
             total += windows * (max_width - 1) * n_filters  # one add per offset and filter
             total += 2 * max_width * n_chars * char_dim * n_filters  # the tables, per batch
         else:

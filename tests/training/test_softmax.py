@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from elmolab import native
 from elmolab.training import softmax as softmax_module
 from elmolab.training.softmax import (
     LMSoftmax,
@@ -238,13 +240,11 @@ def test_adaptive_softmax_needs_cutoffs_and_kind_must_be_known() -> None:
 
 
 @pytest.mark.parametrize("mixed", [False, True], ids=["float32", "bf16-autocast"])
-def test_the_cpp_kernels_compute_what_the_tensor_ops_compute(
-    monkeypatch: pytest.MonkeyPatch, mixed: bool
-) -> None:
+def test_the_cpp_kernels_compute_what_the_tensor_ops_compute(mixed: bool) -> None:
     """The log-normaliser's C++ kernels (one pass per row) against its tensor ops: the loss and
     every gradient, with accidental hits, and a candidate count that leaves a scalar tail after
     the vector lanes."""
-    if not softmax_module.native_kernels().available:
+    if not native.native_kernels().available:
         pytest.skip("elmolab's C++ kernels are not built here (no compiler)")
     torch.manual_seed(5)
     vocab, n, dim = 500, 70, 32
@@ -254,15 +254,20 @@ def test_the_cpp_kernels_compute_what_the_tensor_ops_compute(
     assert torch.isin(targets, candidates).any()  # accidental hits
     candidate_log_q, target_log_q = torch.randn(203), torch.randn(n)
     found = []
-    for native in (True, False):
-        if not native:
-            monkeypatch.setattr(softmax_module, "_native_applies", lambda *_: False)
+    for kernels in (True, False):
         leaves = [t.clone().requires_grad_() for t in (hidden, weight, bias)]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
-            nll = sampled_softmax_nll(
-                leaves[0], targets, leaves[1], leaves[2], candidates, candidate_log_q, target_log_q
-            )
-        grads = torch.autograd.grad((nll * torch.linspace(0.5, 1.5, n)).sum(), leaves)
+        with contextlib.nullcontext() if kernels else native.turned_off():
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
+                nll = sampled_softmax_nll(
+                    leaves[0],
+                    targets,
+                    leaves[1],
+                    leaves[2],
+                    candidates,
+                    candidate_log_q,
+                    target_log_q,
+                )
+            grads = torch.autograd.grad((nll * torch.linspace(0.5, 1.5, n)).sum(), leaves)
         found.append((nll, *grads))
     for a, b in zip(*found, strict=True):
         assert a.dtype == b.dtype == torch.float32

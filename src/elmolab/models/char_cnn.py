@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from elmolab.native import native_kernels
+from elmolab.native import native_applies
 from elmolab.text.chars import PAD_CHAR
 
 PAD_ID = PAD_CHAR + 1  # the padding inside a token, as an inference id
@@ -52,14 +52,20 @@ TOKENS_PER_CHUNK = 32  # conv outputs of a chunk stay in cache (measured: 2x fas
 ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh}
 
 
+def token_lengths(char_ids: Tensor) -> Tensor:
+    """``char_ids`` (tokens, chars) -> (tokens,): each token's last slot that is neither padding
+    nor 0, plus 1 (0 for a padding token)."""
+    positions = torch.arange(1, char_ids.shape[1] + 1, device=char_ids.device)  # (chars,)
+    is_char = (char_ids != PAD_ID) & (char_ids != 0)  # (tokens, chars)
+    return (is_char * positions).amax(dim=1)
+
+
 def length_chunks(char_ids: Tensor, max_width: int) -> tuple[Tensor, list[tuple[int, int, int]]]:
     """How the fast path cuts ``char_ids`` (tokens, chars): the tokens' order, shortest first, and
     per chunk of ``TOKENS_PER_CHUNK`` tokens of that order ``(start, end, frame)``, the frame being
     the chunk's longest token plus the widest filter (at most ``chars``) characters."""
     chars = char_ids.shape[1]
-    positions = torch.arange(1, chars + 1, device=char_ids.device)  # (chars,)
-    is_char = (char_ids != PAD_ID) & (char_ids != 0)  # (tokens, chars)
-    lengths = (is_char * positions).amax(dim=1)  # (tokens,) last character + 1
+    lengths = token_lengths(char_ids)  # (tokens,)
     order = torch.argsort(lengths)  # shortest first, so each chunk gets a short frame
     sorted_lengths = lengths[order].tolist()
     chunks = []
@@ -205,7 +211,7 @@ class CharCNN(nn.Module):
 
     def _filters(self, char_ids: Tensor) -> Tensor:
         """Max over positions of every filter, plus bias, through the activation."""
-        if _native_applies(char_ids, self.char_embed):
+        if native_applies(self.char_embed, dtypes=(torch.float32,)):
             return self._filters_from_tables(char_ids)
         chars = char_ids.shape[1]
         positions = torch.arange(1, chars + 1, device=char_ids.device)  # (chars,)
@@ -243,15 +249,6 @@ class CharCNN(nn.Module):
             maxima = _TableConvMax.apply(tables, char_ids, self.filter_widths)  # (tokens, F)
             z = maxima + torch.cat(list(self.conv_biases))  # (tokens, n_filters)
         return ACTIVATIONS[self.activation](z)  # (tokens, n_filters)
-
-
-def _native_applies(char_ids: Tensor, char_embed: Tensor) -> bool:
-    """The table kernel runs float32 parameters on the CPU."""
-    return (
-        char_ids.device.type == "cpu"
-        and char_embed.dtype == torch.float32
-        and native_kernels().available
-    )
 
 
 class _TableConvMax(torch.autograd.Function):

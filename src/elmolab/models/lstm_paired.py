@@ -43,7 +43,7 @@ from torch import Tensor
 
 from elmolab.errors import ElmolabError
 from elmolab.models.lstm import FORGET_BIAS, LstmStack, LstmState
-from elmolab.native import dropout, native_kernels
+from elmolab.native import dropout, native_applies, native_kernels
 
 
 def _tanh_from_sigmoid_(x: Tensor) -> Tensor:
@@ -80,7 +80,10 @@ class _PairedLayer(torch.autograd.Function):
     ) -> tuple[Tensor, Tensor, Tensor]:
         ctx.clips = (cell_clip, proj_clip)
         ctx.dtypes = (xw_mm.dtype, bias.dtype, h0.dtype, c0.dtype)
-        ctx.native = native and _native_applies(bias, W_h)
+        # float32 states, products in float32 or bf16 (else the loop below)
+        ctx.native = (
+            native and native_applies(W_h) and native_applies(bias, dtypes=(torch.float32,))
+        )
         if ctx.native:
             outputs, h, c, *saved = torch.ops.elmolab.paired_lstm_forward(
                 xw_mm, bias, W_h, W_P, h0, c0, keep, cell_clip, proj_clip
@@ -189,15 +192,6 @@ class _PairedLayer(torch.autograd.Function):
                 dh, dc = dh * keep[t], dc * keep[t]
         d_bias = d_gates.sum((1, 2))
         return _backward_result(ctx, d_gates_mm, d_bias, d_h_raw, dh, dc, hs, ms, W_h, W_P)
-
-
-def _native_applies(bias: Tensor, W_h: Tensor) -> bool:
-    """The native loop computes float32 states on the CPU, products in float32 or bf16."""
-    return (
-        bias.device.type == "cpu"
-        and bias.dtype == torch.float32
-        and W_h.dtype in (torch.float32, torch.bfloat16)
-    )
 
 
 def _backward_result(

@@ -173,6 +173,16 @@ def turned_off() -> Iterator[None]:
         _turned_off = before
 
 
+def native_applies(
+    *tensors: torch.Tensor, dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)
+) -> bool:
+    """Whether the kernels take ``tensors``: loaded, and every tensor on the CPU in ``dtypes``
+    (the callers' Python code runs otherwise: GPUs, float64, no compiler)."""
+    return all(t.device.type == "cpu" and t.dtype in dtypes for t in tensors) and (
+        native_kernels().available
+    )
+
+
 def native_kernels() -> NativeKernels:
     """The kernels, built (if needed) and loaded once per process; never raises."""
     if _turned_off:
@@ -215,12 +225,7 @@ def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     probability ``p`` and the rest scaled by ``1 / (1 - p)``. On the CPU with the kernels loaded
     the mask comes from ``dropout.cpp``, its seed drawn from torch's generator (so
     ``torch.manual_seed`` makes it repeat); elsewhere from ``F.dropout``."""
-    if (
-        p <= 0.0
-        or x.device.type != "cpu"
-        or x.dtype not in (torch.float32, torch.bfloat16)
-        or not native_kernels().available
-    ):
+    if p <= 0.0 or not native_applies(x):
         return torch.nn.functional.dropout(x, p, training=True)
     seed = int(torch.randint(0, 2**62, (1,)).item())
     return _Dropout.apply(x, p, seed)

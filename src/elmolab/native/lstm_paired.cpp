@@ -50,6 +50,15 @@ inline int64_t row_offset(int64_t g, int64_t t, int64_t b, int64_t steps, int64_
 
 constexpr int64_t kGrain = 8;  // rows per parallel task
 
+// The loop's sizes, read from a (G, T, B, 4C) tensor of gates and W_P (G, C, P).
+struct Dims {
+  int64_t G, T, B, C, P;
+
+  Dims(const Tensor& gates, const Tensor& W_P)
+      : G(gates.size(0)), T(gates.size(1)), B(gates.size(2)), C(gates.size(3) / 4),
+        P(W_P.size(2)) {}
+};
+
 // The loop's optional inputs: keep (T, B, 1) float32 as a pointer (null: no zero starts), and the
 // clips as floats.
 struct LoopOptions {
@@ -72,9 +81,12 @@ struct LoopOptions {
 // gates = (xw + bias) + h_{t-1} W_h (gates_mm, (G, B, 4C)), the sums in float32; cells[t] is
 // scaled by keep[t] first (in place, as read).
 template <typename M>
-void step_forward(const M* xw, const float* bias, const M* gates_mm, float* acts, float* cells, float* cell_raw,
-                  float* tanh_c, M* ms, const float* keep, int64_t G, int64_t T, int64_t B,
-                  int64_t C, int64_t t, std::optional<float> cell_clip) {
+void step_forward(const M* xw, const float* bias, const M* gates_mm, float* acts, float* cells,
+                  float* cell_raw, float* tanh_c, M* ms, const Dims& d, const LoopOptions& o,
+                  int64_t t) {
+  const auto [G, T, B, C, P] = d;
+  const float* keep = o.keep;
+  const auto cell_clip = o.cell_clip;
   const int64_t four_c = 4 * C;
   at::parallel_for(0, G * B, kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
@@ -128,8 +140,11 @@ void step_forward(const M* xw, const float* bias, const M* gates_mm, float* acts
 
 // The output of step t (clipped h_raw) and the next step's input h_t * keep[t + 1].
 template <typename M>
-void step_output(const M* h_raw, float* outputs, M* hs, const float* keep, int64_t G, int64_t T,
-                 int64_t B, int64_t P, int64_t t, std::optional<float> proj_clip) {
+void step_output(const M* h_raw, float* outputs, M* hs, const Dims& d, const LoopOptions& o,
+                 int64_t t) {
+  const auto [G, T, B, C, P] = d;
+  const float* keep = o.keep;
+  const auto proj_clip = o.proj_clip;
   at::parallel_for(0, G * B, kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t g = r / B, b = r % B;
@@ -151,8 +166,9 @@ template <typename M>
 std::vector<Tensor> forward_impl(const Tensor& xw, const Tensor& bias, const Tensor& W_h,
                                  const Tensor& W_P, const Tensor& h0, const Tensor& c0,
                                  const LoopOptions& options) {
-  const int64_t G = xw.size(0), T = xw.size(1), B = xw.size(2), four_c = xw.size(3);
-  const int64_t C = four_c / 4, P = W_P.size(2);
+  const Dims d(xw, W_P);
+  const auto [G, T, B, C, P] = d;
+  const int64_t four_c = 4 * C;
   const auto f32 = bias.options();
   const auto mm = W_h.options();
   Tensor acts = at::empty({G, T, B, four_c}, f32);
@@ -164,20 +180,17 @@ std::vector<Tensor> forward_impl(const Tensor& xw, const Tensor& bias, const Ten
   Tensor h_raw = at::empty({G, T, B, P}, mm);
   Tensor outputs = at::empty({G, T, B, P}, f32);
   Tensor gates_mm = at::empty({G, B, four_c}, mm);
-  const float* keep = options.keep;
-  const auto cell_clip = options.cell_clip, proj_clip = options.proj_clip;
   cells.select(1, 0).copy_(c0);
-  hs.select(1, 0).copy_(keep ? h0 * options.keep_tensor[0] : h0);  // keep[0]: (B, 1)
+  hs.select(1, 0).copy_(options.keep ? h0 * options.keep_tensor[0] : h0);  // keep[0]: (B, 1)
   for (int64_t t = 0; t < T; ++t) {
     at::bmm_out(gates_mm, hs.select(1, t), W_h);  // (G, B, 4C)
     step_forward<M>(xw.data_ptr<M>(), bias.data_ptr<float>(), gates_mm.data_ptr<M>(),
-                    acts.data_ptr<float>(),
-                    cells.data_ptr<float>(), cell_raw.data_ptr<float>(),
-                    tanh_c.data_ptr<float>(), ms.data_ptr<M>(), keep, G, T, B, C, t, cell_clip);
+                    acts.data_ptr<float>(), cells.data_ptr<float>(), cell_raw.data_ptr<float>(),
+                    tanh_c.data_ptr<float>(), ms.data_ptr<M>(), d, options, t);
     Tensor h_t = h_raw.select(1, t);
     at::bmm_out(h_t, ms.select(1, t), W_P);  // (G, B, P)
-    step_output<M>(h_raw.data_ptr<M>(), outputs.data_ptr<float>(), hs.data_ptr<M>(), keep, G, T,
-                   B, P, t, proj_clip);
+    step_output<M>(h_raw.data_ptr<M>(), outputs.data_ptr<float>(), hs.data_ptr<M>(), d, options,
+                   t);
   }
   Tensor h_T = outputs.select(1, T - 1).clone();
   Tensor c_T = cells.select(1, T).clone();
@@ -206,18 +219,21 @@ std::vector<Tensor> paired_forward(const Tensor& xw, const Tensor& bias, const T
 // zero where the projection clip bit; stored as d_h_raw[t] (matmul dtype) and kept in dh.
 template <typename M>
 void step_dh(const float* d_out, const M* dh_mm, const M* h_raw, float* dh, M* d_h_raw,
-             const float* keep, int64_t G, int64_t T, int64_t B, int64_t P, int64_t t,
-             bool carried, std::optional<float> proj_clip) {
+             const Dims& d, const LoopOptions& o, int64_t t) {
+  const auto [G, T, B, C, P] = d;
+  const float* keep = o.keep;
+  const auto proj_clip = o.proj_clip;
+  const bool carried = t + 1 < T;  // dh_mm holds step t + 1's product
   at::parallel_for(0, G * B, kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t g = r / B, b = r % B;
       const float kept = (carried && keep != nullptr) ? keep[(t + 1) * B + b] : 1.f;
-      const float* d = d_out + row_offset(g, t, b, T, B, P);
+      const float* grad = d_out + row_offset(g, t, b, T, B, P);
       const M* raw = h_raw + row_offset(g, t, b, T, B, P);
       M* stored = d_h_raw + row_offset(g, t, b, T, B, P);
       float* acc = dh + r * P;
       for (int64_t k = 0; k < P; ++k) {
-        float v = (carried ? to_float(dh_mm[r * P + k]) * kept : acc[k]) + d[k];
+        float v = (carried ? to_float(dh_mm[r * P + k]) * kept : acc[k]) + grad[k];
         if (proj_clip && std::fabs(to_float(raw[k])) > *proj_clip) v = 0.f;
         acc[k] = v;
         stored[k] = from_float<M>(v);
@@ -231,8 +247,10 @@ void step_dh(const float* d_out, const M* dh_mm, const M* h_raw, float* dh, M* d
 template <typename M>
 void step_backward(const M* dm_mm, const float* acts, const float* cells, const float* cell_raw,
                    const float* tanh_c, float* dc, M* d_gates, float* d_bias_parts,
-                   const float* keep, int64_t G, int64_t T, int64_t B, int64_t C, int64_t t,
-                   std::optional<float> cell_clip) {
+                   const Dims& d, const LoopOptions& o, int64_t t) {
+  const auto [G, T, B, C, P] = d;
+  const float* keep = o.keep;
+  const auto cell_clip = o.cell_clip;
   const int64_t four_c = 4 * C;
   at::parallel_for(0, G * B, kGrain, [&](int64_t begin, int64_t end) {
     float* parts = d_bias_parts + at::get_thread_num() * G * four_c;
@@ -294,8 +312,9 @@ std::vector<Tensor> backward_impl(const Tensor& d_out, const Tensor& d_hT, const
                                   const Tensor& cell_raw, const Tensor& tanh_c,
                                   const Tensor& h_raw, const Tensor& W_h, const Tensor& W_P,
                                   const LoopOptions& options) {
-  const int64_t G = acts.size(0), T = acts.size(1), B = acts.size(2), four_c = acts.size(3);
-  const int64_t C = four_c / 4, P = W_P.size(2);
+  const Dims d(acts, W_P);
+  const auto [G, T, B, C, P] = d;
+  const int64_t four_c = 4 * C;
   const auto f32 = acts.options();
   const auto mm = W_h.options();
   Tensor d_gates = at::empty({G, T, B, four_c}, mm);
@@ -306,22 +325,18 @@ std::vector<Tensor> backward_impl(const Tensor& d_out, const Tensor& d_hT, const
   Tensor dm_mm = at::empty({G, B, C}, mm);
   Tensor dh_mm = at::empty({G, B, P}, mm);
   const Tensor W_hT = W_h.transpose(1, 2), W_PT = W_P.transpose(1, 2);
-  const float* keep = options.keep;
-  const auto cell_clip = options.cell_clip, proj_clip = options.proj_clip;
   for (int64_t t = T - 1; t >= 0; --t) {
     step_dh<M>(d_out.data_ptr<float>(), dh_mm.data_ptr<M>(), h_raw.data_ptr<M>(),
-               dh.data_ptr<float>(), d_h_raw.data_ptr<M>(), keep, G, T, B, P, t, t + 1 < T,
-               proj_clip);
+               dh.data_ptr<float>(), d_h_raw.data_ptr<M>(), d, options, t);
     at::bmm_out(dm_mm, d_h_raw.select(1, t), W_PT);  // (G, B, C)
     step_backward<M>(dm_mm.data_ptr<M>(), acts.data_ptr<float>(), cells.data_ptr<float>(),
                      cell_raw.data_ptr<float>(), tanh_c.data_ptr<float>(), dc.data_ptr<float>(),
-                     d_gates.data_ptr<M>(), d_bias_parts.data_ptr<float>(), keep, G, T, B, C, t,
-                     cell_clip);
+                     d_gates.data_ptr<M>(), d_bias_parts.data_ptr<float>(), d, options, t);
     at::bmm_out(dh_mm, d_gates.select(1, t), W_hT);  // (G, B, P)
   }
   // The gradient at h0: the last product, times keep[0].
   Tensor d_h0 = dh_mm.to(at::kFloat);
-  if (keep) d_h0.mul_(options.keep_tensor[0]);
+  if (options.keep) d_h0.mul_(options.keep_tensor[0]);
   return {d_gates, d_bias_parts.sum(0), d_h_raw, d_h0, dc};
 }
 

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from elmolab.native import native_kernels
+from elmolab.native import native_applies
 
 SoftmaxKind = Literal["full", "sampled", "adaptive"]
 
@@ -161,7 +161,9 @@ class _SampledLogNormaliser(torch.autograd.Function):
     ) -> torch.Tensor:
         logits = torch.addmm(candidate_bias, hidden, candidate_weight.t())  # (N, S) s_c
         ctx.matmul_dtype = logits.dtype
-        ctx.native = _native_applies(logits, target_logits)
+        ctx.native = native_applies(logits) and native_applies(
+            target_logits, dtypes=(torch.float32,)
+        )
         if ctx.native:
             exp_logits, row_max, exp_sum = torch.ops.elmolab.sampled_lognorm_forward(
                 logits, target_logits, hit_column
@@ -205,16 +207,6 @@ class _SampledLogNormaliser(torch.autograd.Function):
             exp_target * scale,
             None,
         )
-
-
-def _native_applies(logits: torch.Tensor, target_logits: torch.Tensor) -> bool:
-    """The C++ kernels take float32 or bf16 logits and float32 targets, on the CPU."""
-    return (
-        logits.device.type == "cpu"
-        and logits.dtype in (torch.float32, torch.bfloat16)
-        and target_logits.dtype == torch.float32
-        and native_kernels().available
-    )
 
 
 def sampled_softmax_nll(
