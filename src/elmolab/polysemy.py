@@ -14,26 +14,29 @@ The search covers the first ``semcor_max_sentences`` SemCor sentences that conta
 Examples mark the target token in brackets: ``"The children [play] football ."``.
 
 The polysemy stage (:mod:`elmolab.stages.polysemy`) computes the table with :func:`table` and
-writes it with :func:`write_table` (``neighbours.json``); the report reads it with
-:func:`read_table`, so the report never runs the biLM.
+writes it with :func:`elmolab.io.polysemy.write_table` (``neighbours.json``); the report reads it
+with :func:`elmolab.io.polysemy.read_table`, which imports no model.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch.nn import functional as F
 
 from elmolab.embed import embed_sentences
 from elmolab.errors import ElmolabError
-from elmolab.fsutil import atomic_path
+from elmolab.io.polysemy import (
+    ExampleNeighbours,
+    PolysemyTable,
+    SenseNeighbour,
+    Target,
+    WordNeighbours,
+)
 from elmolab.models.bilm import BiLM
 from elmolab.models.bilm_tf import load_bilm
 from elmolab.models.encoder_files import OPTIONS, WEIGHTS
@@ -44,108 +47,8 @@ from elmolab.text.wsd import WsdSentence, read_semcor
 
 log = logging.getLogger(__name__)
 
-TABLE_FILE = "neighbours.json"  # in the polysemy stage's folder
-
-# WordNet 3.0's lexicographer files, indexed by the lex_filenum field of a sense key.
-LEXNAMES = (
-    "adj.all",
-    "adj.pert",
-    "adv.all",
-    "noun.Tops",
-    "noun.act",
-    "noun.animal",
-    "noun.artifact",
-    "noun.attribute",
-    "noun.body",
-    "noun.cognition",
-    "noun.communication",
-    "noun.event",
-    "noun.feeling",
-    "noun.food",
-    "noun.group",
-    "noun.location",
-    "noun.motive",
-    "noun.object",
-    "noun.person",
-    "noun.phenomenon",
-    "noun.plant",
-    "noun.possession",
-    "noun.process",
-    "noun.quantity",
-    "noun.relation",
-    "noun.shape",
-    "noun.state",
-    "noun.substance",
-    "noun.time",
-    "verb.body",
-    "verb.change",
-    "verb.cognition",
-    "verb.communication",
-    "verb.competition",
-    "verb.consumption",
-    "verb.contact",
-    "verb.creation",
-    "verb.emotion",
-    "verb.motion",
-    "verb.perception",
-    "verb.possession",
-    "verb.social",
-    "verb.stative",
-    "verb.weather",
-    "adj.ppl",
-)
-CONTEXT_WINDOW = 8  # tokens shown on each side of a neighbour's target word
 MAX_SENTENCE_TOKENS = 60  # longer SemCor sentences cost the most biLM time and read worst
 LAYER0_BATCH = 512  # words per char CNN call
-
-
-@dataclass(frozen=True)
-class Target:
-    """A token in a sentence: ``tokens[position]`` is the word of interest."""
-
-    tokens: tuple[str, ...]
-    position: int
-
-    def window(self, size: int = CONTEXT_WINDOW) -> tuple[str, str, str]:
-        """(left context, the word, right context), each side cut to ``size`` tokens."""
-        start, end = max(0, self.position - size), self.position + 1 + size
-        left = ("… " if start > 0 else "") + " ".join(self.tokens[start : self.position])
-        right = " ".join(self.tokens[self.position + 1 : end])
-        return left, self.tokens[self.position], right + (" …" if end < len(self.tokens) else "")
-
-
-@dataclass(frozen=True)
-class SenseNeighbour:
-    target: Target
-    sense_key: str
-    similarity: float
-
-    @property
-    def lexname(self) -> str:
-        return lexname(self.sense_key)
-
-
-@dataclass(frozen=True)
-class ExampleNeighbours:
-    example: Target
-    neighbours: list[SenseNeighbour]
-
-
-@dataclass(frozen=True)
-class WordNeighbours:
-    word: str
-    static: list[tuple[str, float]]  # (vocabulary word, cosine similarity)
-    examples: list[ExampleNeighbours]
-    semcor_occurrences: int  # how many occurrences of the lemma were searched
-    notes: list[str] = field(default_factory=list)
-
-
-def lexname(sense_key: str) -> str:
-    """The lexicographer file of a sense key (``play%1:10:01::`` -> ``noun.communication``)."""
-    try:
-        return LEXNAMES[int(sense_key.split("%", 1)[1].split(":")[1])]
-    except (IndexError, ValueError):
-        return "?"
 
 
 def parse_example(text: str, key: str = "example") -> Target:
@@ -271,16 +174,6 @@ def _contextual(model: BiLM, targets: Sequence[Target], layers: list[int]) -> to
     )  # (targets, 2 * proj)
 
 
-@dataclass(frozen=True)
-class PolysemyTable:
-    """The polysemy stage's result: a row per word, the layers of its contextual vectors, and
-    what could not be computed (no SemCor: no contexts)."""
-
-    contextual_layers: list[int]
-    words: list[WordNeighbours]
-    notes: list[str] = field(default_factory=list)
-
-
 def table(config: PolysemyConfig) -> PolysemyTable:
     """The table of ``config``'s words on the biLM of ``config.bilm`` (its ``options.json`` and
     ``weights.hdf5``) over the vocabulary ``config.vocab``; without SemCor (``config.semcor``) the
@@ -299,74 +192,3 @@ def table(config: PolysemyConfig) -> PolysemyTable:
     model = load_bilm(options, weights)
     words = nearest_neighbours(model, Vocabulary.from_file(config.vocab).tokens, semcor, config)
     return PolysemyTable(list(config.contextual_layers), words, notes)
-
-
-def write_table(result: PolysemyTable, path: Path) -> None:
-    """``result`` as JSON at ``path`` (written whole, then renamed into place)."""
-    data = {
-        "contextual_layers": result.contextual_layers,
-        "notes": result.notes,
-        "words": [
-            {
-                "word": w.word,
-                "static": [[word, cosine] for word, cosine in w.static],
-                "semcor_occurrences": w.semcor_occurrences,
-                "notes": w.notes,
-                "examples": [
-                    {
-                        "example": _target_json(e.example),
-                        "neighbours": [
-                            {
-                                **_target_json(n.target),
-                                "sense_key": n.sense_key,
-                                "cosine": n.similarity,
-                            }
-                            for n in e.neighbours
-                        ],
-                    }
-                    for e in w.examples
-                ],
-            }
-            for w in result.words
-        ],
-    }
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-def read_table(path: Path) -> PolysemyTable:
-    """The table :func:`write_table` wrote; a file that is not one is an ElmolabError naming it."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        words = [
-            WordNeighbours(
-                w["word"],
-                [(word, float(cosine)) for word, cosine in w["static"]],
-                [
-                    ExampleNeighbours(
-                        _target(e["example"]),
-                        [
-                            SenseNeighbour(_target(n), n["sense_key"], float(n["cosine"]))
-                            for n in e["neighbours"]
-                        ],
-                    )
-                    for e in w["examples"]
-                ],
-                int(w["semcor_occurrences"]),
-                list(w["notes"]),
-            )
-            for w in data["words"]
-        ]
-        return PolysemyTable(
-            [int(j) for j in data["contextual_layers"]], words, list(data["notes"])
-        )
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ElmolabError(f"not a polysemy table: {err}", path) from err
-
-
-def _target_json(target: Target) -> dict[str, Any]:
-    return {"tokens": list(target.tokens), "position": target.position}
-
-
-def _target(data: dict[str, Any]) -> Target:
-    return Target(tuple(data["tokens"]), int(data["position"]))

@@ -35,8 +35,9 @@ from scipy import stats as scipy_stats
 
 from elmolab.config import section
 from elmolab.errors import ElmolabError
+from elmolab.io.polysemy import lexname
 from elmolab.params import compose_params
-from elmolab.polysemy import lexname, parse_example
+from elmolab.polysemy import parse_example
 from elmolab.report import build as build_module
 from elmolab.report import writers
 from elmolab.report.build import code_version

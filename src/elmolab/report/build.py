@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from elmolab.errors import ElmolabError
 from elmolab.fsutil import atomic_dir, write_json
-from elmolab.polysemy import TABLE_FILE, PolysemyTable, read_table
+from elmolab.io.polysemy import TABLE_FILE, PolysemyTable, read_table
 from elmolab.report import figures, writers
 from elmolab.report.collect import (
     CONTROL_SUFFIX,

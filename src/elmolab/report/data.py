@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from elmolab.polysemy import WordNeighbours
+from elmolab.io.polysemy import WordNeighbours
 from elmolab.report.collect import CONTROL_SUFFIX, Display, Inputs
 from elmolab.report.information import CodeCell, Gain
 from elmolab.report.stats import Cell, Comparison, EncoderComparison, LayerGap, Selectivity

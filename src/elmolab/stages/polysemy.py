@@ -15,7 +15,8 @@ from omegaconf import DictConfig
 
 from elmolab.config import run_stage, section
 from elmolab.fsutil import atomic_dir
-from elmolab.polysemy import TABLE_FILE, table, write_table
+from elmolab.io.polysemy import TABLE_FILE, write_table
+from elmolab.polysemy import table
 from elmolab.schema import PolysemyConfig
 
 
