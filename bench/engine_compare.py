@@ -87,7 +87,7 @@ def _new_side(payload: dict, schedule: dict) -> dict:
     from omegaconf import OmegaConf
 
     from elmolab.config import section
-    from elmolab.models.scalar_mix import FeatureMode
+    from elmolab.io.results import FeatureMode
     from elmolab.params import compose_params
     from elmolab.probing.datasets import FeatureDataset
     from elmolab.probing.engine import train_heads

@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 
 from elmolab.config import section
 from elmolab.hardware import cpu_model
-from elmolab.models.scalar_mix import FeatureMode
+from elmolab.io.results import FeatureMode
 from elmolab.params import compose_params
 from elmolab.probing.engine import train_heads
 from elmolab.probing.probes import Head

@@ -35,9 +35,10 @@ import torch
 from torch import Tensor, nn
 
 from elmolab.errors import ElmolabError
+from elmolab.io.results import FeatureMode
 from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.models.bilm_tf import load_bilm_weights
-from elmolab.models.scalar_mix import FeatureMode, HeadMix, normalize_layers
+from elmolab.models.scalar_mix import HeadMix, normalize_layers
 from elmolab.text.chars import MAX_CHARACTERS_PER_TOKEN, char_ids_for_sentences
 
 PathLike = str | os.PathLike[str]

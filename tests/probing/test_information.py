@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import default_probe_settings
 
-from elmolab.models.scalar_mix import FeatureMode
+from elmolab.io.results import FeatureMode
 from elmolab.probing import FeatureDataset, Head, LabelVocabulary, train_heads
 from elmolab.probing.engine import online_code_block
 from elmolab.probing.jobs import online_code_blocks, plan_jobs

@@ -14,7 +14,7 @@ from test_probes import _split as token_split
 from test_trees import FAST as TREE_FAST
 from test_trees import _split as tree_split
 
-from elmolab.models.scalar_mix import FeatureMode
+from elmolab.io.results import FeatureMode
 from elmolab.probing.engine import train_heads
 from elmolab.probing.metrics import LabelVocabulary
 from elmolab.probing.probes import (

@@ -12,7 +12,7 @@ from seqeval.metrics.sequence_labeling import get_entities
 from torch.nn import functional as F
 
 from elmolab.errors import ElmolabError
-from elmolab.models.scalar_mix import FeatureMode
+from elmolab.io.results import FeatureMode
 from elmolab.probing import (
     ControlTask,
     FeatureDataset,

@@ -12,7 +12,7 @@ from conftest import default_probe_settings
 from scipy.stats import spearmanr
 
 from elmolab.errors import ElmolabError
-from elmolab.models.scalar_mix import FeatureMode
+from elmolab.io.results import FeatureMode
 from elmolab.probing.datasets import TreeDataset
 from elmolab.probing.engine import ProbeResult, StructuralGold, train_heads
 from elmolab.probing.probes import Head

@@ -18,8 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from elmolab.config import apply_overrides, load_params, section
 from elmolab.errors import ElmolabError
-from elmolab.io.results import without_timings
-from elmolab.models.scalar_mix import FeatureMode
+from elmolab.io.results import FeatureMode, without_timings
 from elmolab.probing.jobs import job_arithmetic, plan_jobs, training_subset
 from elmolab.probing.runner import feature_modes, load_splits, run_cell
 from elmolab.probing.tasks import TaskKind, data_catalog

@@ -47,9 +47,11 @@ copied from an encoder with identical features, ``same_features_as``.
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from elmolab.errors import ElmolabError
 from elmolab.io.features import ENCODER_SUMMARY
 
 METRICS_FILE = "metrics.json"
@@ -77,6 +79,28 @@ MAJORITY_BASELINE = "majority_baseline"  # sentence tasks: the most frequent tra
 # Conditional probing: the baseline the other modes are conditioned on, and the modes that join it.
 CONDITIONAL_BASE = "layer0"
 CONDITIONAL_MODES = ("layer1", "layer2", "scalar_mix")
+
+
+class FeatureMode(StrEnum):
+    """The probing feature modes (docs/architecture.md §5; ``elmolab.models.scalar_mix`` computes
+    them); ``layer0`` is the char CNN's output. A probe run's folder and the ``features`` of its
+    ``metrics.json`` name one, so the report reads them here without the model code."""
+
+    LAYER0 = "layer0"
+    LAYER1 = "layer1"
+    LAYER2 = "layer2"
+    MEAN = "mean"  # frozen uniform weights
+    SCALAR_MIX = "scalar_mix"  # learned weights and gamma
+    CONCAT = "concat"  # the three layers side by side
+
+    @classmethod
+    def parse(cls, name: str) -> FeatureMode:
+        """The mode called ``name``; an ElmolabError lists the valid names otherwise."""
+        try:
+            return cls(name)
+        except ValueError:
+            valid = ", ".join(mode.value for mode in cls)
+            raise ElmolabError(f"unknown feature mode {name!r} (expected one of {valid})") from None
 
 
 def conditional_features(mode: str) -> str:

@@ -1,4 +1,5 @@
-"""How the biLM's layers become one feature: the feature modes, their scalar mixes, concatenation.
+"""How the biLM's layers become one feature: the feature modes' (``io.results.FeatureMode``) scalar
+mixes, concatenation.
 
 Every feature mode but ``concat`` is a scalar mix ``gamma * sum_j s_j h_j`` of the layers ``h_j``
 (ELMo, Peters et al. 2018, eq. 1): ``layer0/1/2`` with frozen one-hot weights ``s`` (a single layer,
@@ -12,33 +13,13 @@ probe engine trains them, ``elmolab.probing.engine``); :func:`mix_layers` applie
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import StrEnum
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from elmolab.errors import ElmolabError
-
-
-class FeatureMode(StrEnum):
-    """The probing feature modes (docs/architecture.md §5); ``layer0`` is the char CNN's output."""
-
-    LAYER0 = "layer0"
-    LAYER1 = "layer1"
-    LAYER2 = "layer2"
-    MEAN = "mean"  # frozen uniform weights
-    SCALAR_MIX = "scalar_mix"  # learned weights and gamma
-    CONCAT = "concat"  # the three layers side by side
-
-    @classmethod
-    def parse(cls, name: str) -> FeatureMode:
-        """The mode called ``name``; an ElmolabError lists the valid names otherwise."""
-        try:
-            return cls(name)
-        except ValueError:
-            valid = ", ".join(mode.value for mode in cls)
-            raise ElmolabError(f"unknown feature mode {name!r} (expected one of {valid})") from None
+from elmolab.io.results import FeatureMode
 
 
 def frozen_weights(mode: FeatureMode | str, num_layers: int) -> torch.Tensor:

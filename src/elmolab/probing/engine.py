@@ -59,7 +59,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from elmolab.models.scalar_mix import FeatureMode, HeadMix, normalize_layers
+from elmolab.io.results import FeatureMode
+from elmolab.models.scalar_mix import HeadMix, normalize_layers
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
 from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score
 from elmolab.probing.probes import (

@@ -17,8 +17,7 @@ import torch
 
 from elmolab.errors import ElmolabError
 from elmolab.io.features import summary_path
-from elmolab.io.results import CONDITIONAL_MODES
-from elmolab.models.scalar_mix import FeatureMode
+from elmolab.io.results import CONDITIONAL_MODES, FeatureMode
 from elmolab.probing.probes import Head
 from elmolab.probing.tasks import TaskKind
 from elmolab.schema import ProbeSettings

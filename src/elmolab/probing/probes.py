@@ -36,8 +36,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from elmolab.io.results import conditional_features
-from elmolab.models.scalar_mix import FeatureMode, frozen_weights, normalize_layers
+from elmolab.io.results import FeatureMode, conditional_features
+from elmolab.models.scalar_mix import frozen_weights, normalize_layers
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
 from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score
 from elmolab.probing.settings import TOKEN_KINDS, Schedule

@@ -57,9 +57,9 @@ from elmolab.io.results import (
     MAJORITY_BASELINE,
     METRICS_FILE,
     PREDICTIONS_FILE,
+    FeatureMode,
     conditional_features,
 )
-from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing.datasets import (
     FeatureDataset,
     TreeDataset,

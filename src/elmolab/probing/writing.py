@@ -18,9 +18,9 @@ from elmolab.io.results import (
     METRICS_FILE,
     ONLINE_CODE_FILE,
     PREDICTIONS_FILE,
+    FeatureMode,
     run_folder,
 )
-from elmolab.models.scalar_mix import FeatureMode
 from elmolab.probing.engine import ProbeResult
 from elmolab.probing.jobs import Job, online_code_blocks
 from elmolab.probing.metrics import TaskMetric

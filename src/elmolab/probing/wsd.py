@@ -30,7 +30,8 @@ import torch
 from torch.nn import functional as F
 
 from elmolab.errors import ElmolabError
-from elmolab.models.scalar_mix import FeatureMode, mix_layers
+from elmolab.io.results import FeatureMode
+from elmolab.models.scalar_mix import mix_layers
 
 LemmaPos = tuple[str, str]
 CHUNK = 16384  # instances mixed at a time, to bound the float32 copies

@@ -36,12 +36,12 @@ from elmolab.io.results import (
     CURVE_REQUIRED,
     FRACTION_PREFIX,
     METRICS_FILE,
+    FeatureMode,
     conditional_features,
     learning_curve_paths,
     online_code_paths,
     probe_run_paths,
 )
-from elmolab.models.scalar_mix import FeatureMode
 from elmolab.schema import EncoderRolesConfig
 
 PPL_KEYS = ("ppl", "ppl_fwd", "ppl_bwd")

@@ -28,8 +28,9 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torchcrf import CRF
 
+from elmolab.io.results import FeatureMode
 from elmolab.models.bilm import BiLM
-from elmolab.models.scalar_mix import FeatureMode, HeadMix
+from elmolab.models.scalar_mix import HeadMix
 from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score
 
 
