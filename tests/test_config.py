@@ -1,7 +1,8 @@
 """conf/ is the single source of truth: params.yaml is its composition; bad keys fail clearly."""
 
-import dataclasses
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +11,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from elmolab.config import apply_overrides, load_params, section
+from elmolab.config import apply_overrides, check_config, load_params, section
 from elmolab.errors import ElmolabError
-from elmolab.params import compose_params
+from elmolab.params import CompositionError, compose_params
 from elmolab.probing.tasks import check_task
 from elmolab.schema import SECTIONS, CorpusConfig, TaskConfig
 
@@ -25,12 +26,6 @@ def test_committed_params_yaml_is_the_composition_of_conf():
     assert committed == compose_params(CONF), (
         "params.yaml differs from the composition of conf/: run `make params` and commit it"
     )
-
-
-@pytest.mark.parametrize("preset", sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")))
-def test_every_experiment_preset_composes_and_validates(preset):
-    cfg = OmegaConf.create(yaml.safe_load(compose_params(CONF, [f"experiment={preset}"])))
-    section(cfg, "corpus", CorpusConfig)
 
 
 def test_unknown_key_in_a_section_names_the_file_and_key(tmp_path):
@@ -62,16 +57,104 @@ def test_params_overrides_set_existing_keys_only(tmp_path):
     "preset", [None, *sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))]
 )
 def test_the_schema_mirrors_every_section_of_the_composed_config(preset):
-    """elmolab.schema has a schema for every top-level key of every preset's composition, and
-    each section validates against it."""
+    """Every preset composes; elmolab.schema has a schema for every top-level key of its
+    composition, and params.yaml as written passes the check composition ran."""
     overrides = [] if preset is None else [f"experiment={preset}"]
     cfg = OmegaConf.create(yaml.safe_load(compose_params(CONF, overrides)))
-    assert set(cfg) - {"logger"} == set(SECTIONS)
-    for key, schema in SECTIONS.items():
-        if dataclasses.is_dataclass(schema):
-            section(cfg, key, schema)
+    assert set(cfg) == set(SECTIONS)
+    check_config(cfg, "params.yaml")
+
+
+# What composing conf/ with probe.lr=abc says, wherever it composes (from the repository's root).
+BAD_LR_PROBLEM = "probe.lr: expected a float, got 'abc'"
+BAD_LR = f"conf/config.yaml with probe.lr=abc: {BAD_LR_PROBLEM}"
+
+
+@pytest.mark.parametrize(
+    ("override", "problem"),
+    [
+        ("probe.lr=abc", "probe.lr: expected a float, got 'abc'"),
+        ("grid.tasks.upos.mdl=maybe", "grid.tasks.upos.mdl: expected true or false, got 'maybe'"),
+        ("seed=abc", "seed: expected an integer, got 'abc'"),
+        # int | None: OmegaConf reads it as an optional integer
+        ("corpus.vocab_max_size=many", "corpus.vocab_max_size: expected an integer, got 'many'"),
+        ("probe.lrr=1", "probe.lrr: unknown key (elmolab/schema.py has no such setting)"),
+        ("+probe.lrr=1", "probe.lrr: unknown key (elmolab/schema.py has no such setting)"),
+        ("+extra=1", "extra: not a section of the configuration"),
+        ("probe.lr=-1", "probe.lr must be positive, got -1.0"),  # the section's own check()
+        ("probe=nope", "Could not find 'probe/nope'; Available options in 'probe': default"),
+    ],
+)
+def test_composition_rejects_a_bad_setting_in_one_line(override, problem):
+    with pytest.raises(CompositionError) as caught:
+        compose_params(CONF, [override])
+    line = str(caught.value)
+    assert f"config.yaml with {override}: " in line and line.endswith(problem)
+    assert "\n" not in line
+
+
+def test_make_params_fails_in_one_line_and_leaves_the_file(tmp_path):
+    out = tmp_path / "params.yaml"
+    out.write_text("before\n", encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "elmolab.params", "probe.lr=abc", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert (proc.returncode, proc.stderr) == (2, f"error: {BAD_LR}\n")
+    assert out.read_text(encoding="utf-8") == "before\n"
+    assert os.listdir(tmp_path) == ["params.yaml"]  # no temporary left
+
+
+def test_a_hydra_entry_point_fails_in_one_line_before_its_run_folder(tmp_path):
+    """Hydra prints the line, then its own hint about HYDRA_FULL_ERROR; nothing is written."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "pipelines" / "probe.py"), "probe.lr=abc"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines()[0] == f"{CONF}/config.yaml with probe.lr=abc: {BAD_LR_PROBLEM}"
+    assert list(tmp_path.iterdir()) == []
+
+
+def _dvc_repository(dest: Path) -> Path:
+    """A git repository with what `dvc exp run -S` composes and reads: conf/, DVC's config,
+    dvc.yaml, params.yaml, dvc.lock (no data: nothing may run)."""
+    for name in ("conf", ".dvc/config", ".dvc/.gitignore", "dvc.yaml", "params.yaml", "dvc.lock"):
+        source, target = ROOT / name, dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target)
         else:
-            assert isinstance(cfg[key], schema), key
+            shutil.copy2(source, target)
+    identity = ["-c", "user.name=elmolab tests", "-c", "user.email=tests@elmolab.invalid"]
+    for args in (["init", "-q"], ["add", "-A"], [*identity, "commit", "-q", "-m", "repository"]):
+        subprocess.run(["git", *args], cwd=dest, check=True, capture_output=True)
+    return dest
+
+
+@pytest.mark.parametrize("dry", [False, True], ids=["run", "dry"])
+def test_dvc_exp_run_with_a_bad_value_fails_in_one_line_and_changes_nothing(tmp_path, dry):
+    """DVC composes conf/ in its own process, where the plugin of this checkout runs: one line,
+    exit status 255, and the workspace as it was (params.yaml, dvc.lock, no artifacts/)."""
+    repo = _dvc_repository(tmp_path)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src"),  # DVC's elmolab: this checkout's
+        "DVC_NO_ANALYTICS": "1",
+    }
+    dvc = str(Path(sys.executable).parent / "dvc")
+    args = [dvc, "exp", "run", *(["--dry"] if dry else []), "-S", "probe.lr=abc"]
+    proc = subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True)
+    assert (proc.returncode, proc.stderr) == (255, f"ERROR: {BAD_LR}\n")
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True)
+    assert status.stdout == b""
+    for name in ("params.yaml", "dvc.lock"):
+        assert (repo / name).read_bytes() == (ROOT / name).read_bytes()
+    assert not (repo / "artifacts").exists()
 
 
 def test_stage_reports_a_bad_key_in_one_line_without_traceback(tmp_path):

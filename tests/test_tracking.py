@@ -8,10 +8,14 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from omegaconf import OmegaConf
 
 from elmolab import tracking
+from elmolab.params import compose_params
 from elmolab.tracking import TrackedRun, init_run, metric_key, redact, run_tags
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SECRET = "sk-not-a-real-key-42"
 
@@ -208,12 +212,31 @@ def test_sync_uploads_unsynced_runs_when_it_can(no_network, monkeypatch, tmp_pat
     assert command[4:] == [str(tmp_path / "wandb" / "offline-run-1-a")]
 
 
-def test_redact_hides_secret_looking_keys_at_any_depth():
+def test_redact_hides_secret_keys_at_any_depth():
     config = {"a": 1, "logger": {"wandb": {"api_key": "x", "project": "p"}}, "l": [{"token": "y"}]}
     assert redact(config) == {
         "a": 1,
         "logger": {"wandb": {"api_key": "<redacted>", "project": "p"}},
         "l": [{"token": "<redacted>"}],
+    }
+
+
+@pytest.mark.parametrize(
+    "key", ["api_key", "WANDB_API_KEY", "Token", "hf-token", "access_token", "password", "secret"]
+)
+def test_a_secret_key_is_matched_whole_in_any_case(key):
+    assert redact({key: "s", "batch_tokens": 8}) == {key: "<redacted>", "batch_tokens": 8}
+
+
+def test_the_run_config_keeps_every_setting_of_the_default_config():
+    """Only secrets are redacted: max_sentence_tokens, token_column, token_encoder, batch_tokens
+    and every other key of the default composition reach W&B as they are."""
+    config = OmegaConf.create(yaml.safe_load(compose_params(ROOT / "conf")))
+    params = OmegaConf.to_container(config, resolve=True)
+    config.logger.wandb_api_key = SECRET
+    assert tracking.run_config(config, {"task": "upos"}) == {
+        "task": "upos",
+        "params": {**params, "logger": {**params["logger"], "wandb_api_key": "<redacted>"}},
     }
 
 

@@ -17,12 +17,16 @@ both:
   :func:`external_study` into that model's own study, which reads and writes
   ``artifacts/external/<name>/`` only and needs no pretraining.
 
-Each stage validates its own sections against their schemas (:mod:`elmolab.schema`, through
-:func:`section`), so a misspelled key fails before any work starts, with the file and key named.
+Composition checks every section against its schema (:mod:`elmolab.schema`, through
+:func:`check_config`) before anything is written or run, wherever it composes (``dvc exp run -S``,
+``make params``, the ad-hoc entry points: ``hydra_plugins/elmolab_schema.py``); each stage checks
+its own sections again (:func:`section`), since ``params.yaml`` may have been edited by hand. A
+misspelled key or a value of the wrong type fails with one line naming the file and the key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -31,10 +35,26 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from omegaconf import DictConfig, OmegaConf, flag_override
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import (
+    BooleanNode,
+    DictConfig,
+    FloatNode,
+    IntegerNode,
+    ListConfig,
+    OmegaConf,
+    StringNode,
+    flag_override,
+)
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    MissingMandatoryValue,
+    OmegaConfBaseException,
+    ValidationError,
+)
 
 from elmolab.errors import ElmolabError, resource_errors_named
+from elmolab.schema import SECTIONS
 
 T = TypeVar("T")
 StageFn = Callable[[DictConfig, Path], Any]
@@ -117,8 +137,62 @@ def section(cfg: DictConfig, key: str, schema: type[T], where: str | None = None
         return OmegaConf.to_object(merged)  # type: ignore[return-value]
     except OmegaConfBaseException as err:
         full_key = f"{key}.{err.full_key}" if getattr(err, "full_key", None) else key
-        msg = str(err).splitlines()[0]
-        raise ElmolabError(f"{full_key}: {msg}", where) from err
+        raise ElmolabError(f"{full_key}: {setting_problem(err)}", where) from err
+
+
+def check_config(cfg: DictConfig, where: str) -> None:
+    """Check a composed config as the stages will read it: every top-level key is a section of
+    :data:`~elmolab.schema.SECTIONS` and none is missing, each section passes :func:`section` and
+    its own ``check()`` where it has one, each plain value has its type. The first problem is an
+    :class:`ElmolabError` naming ``where`` and the key."""
+    for key in cfg:
+        if key != "hydra" and key not in SECTIONS:  # Hydra's own node, there while it composes
+            raise ElmolabError(f"{key}: not a section of the configuration", where)
+    for key, schema in SECTIONS.items():
+        if key not in cfg:
+            raise ElmolabError(f"{key}: missing", where)
+        if not dataclasses.is_dataclass(schema):
+            value = cfg[key]
+            if type(value) is not schema:  # type(): True is an int to isinstance
+                raise ElmolabError(f"{key}: expected {_KINDS[schema]}, got {value!r}", where)
+            continue
+        settings = section(cfg, key, schema, where)
+        if hasattr(settings, "check"):
+            try:
+                settings.check()
+            except ElmolabError as err:
+                raise ElmolabError(err.problem, where) from err
+
+
+# A value of each plain type in words, and of each of OmegaConf's typed nodes.
+_KINDS: dict[type, str] = {
+    int: "an integer",
+    float: "a float",
+    bool: "true or false",
+    str: "a string",
+}
+_NODE_KINDS: dict[type, str] = {
+    IntegerNode: _KINDS[int],
+    FloatNode: _KINDS[float],
+    BooleanNode: _KINDS[bool],
+    StringNode: _KINDS[str],
+    ListConfig: "a list",
+    DictConfig: "a mapping",
+}
+
+
+def setting_problem(err: OmegaConfBaseException) -> str:
+    """What OmegaConf found wrong with one setting, in a few words (its key aside): what was
+    expected and what came, where OmegaConf says; else its own first line."""
+    if isinstance(err, MissingMandatoryValue):
+        return "missing (no value given)"
+    if isinstance(err, ConfigKeyError | ConfigAttributeError):
+        return "unknown key (elmolab/schema.py has no such setting)"
+    node = getattr(err, "child_node", None)
+    kind = next((words for cls, words in _NODE_KINDS.items() if isinstance(node, cls)), None)
+    if isinstance(err, ValidationError) and kind is not None:
+        return f"expected {kind}, got {err.value!r}"
+    return str(err).splitlines()[0]
 
 
 def apply_overrides(cfg: DictConfig, overrides: list[str], where: str | os.PathLike[str]) -> None:

@@ -2,10 +2,11 @@
 
 Each stage reads its sections through :func:`elmolab.config.section`, which checks the section
 against its dataclass here (unknown keys, missing keys and wrong types are errors naming the file
-and the key). :data:`SECTIONS` maps every top-level key of the composed config to its schema; a
-test composes ``conf/`` with every preset and checks each section against it. The values and the
-reasons for them live in ``conf/`` and ``docs/decisions.md``; the checks below are those the
-types cannot express. What the stages do with a value is documented where it is used.
+and the key). :data:`SECTIONS` maps every top-level key of the composed config to its schema;
+composition checks every section against it (:func:`elmolab.config.check_config`), so a preset
+that does not fit the schema cannot be composed. The values and the reasons for them live in
+``conf/`` and ``docs/decisions.md``; the checks below are those the types cannot express. What the
+stages do with a value is documented where it is used.
 """
 
 from __future__ import annotations
@@ -522,8 +523,15 @@ class PathsConfig:
     artifacts: str  # every stage's output folder lies under it
 
 
-# Every top-level key of the composed config -> its schema (a type for a plain value). ``logger``
-# (W&B's settings, read by elmolab.tracking) is checked there.
+@dataclass
+class LoggerConfig:
+    """Schema of ``logger`` (conf/logger/): W&B's settings, read by :mod:`elmolab.tracking`."""
+
+    wandb: bool  # log every stage to W&B too (CSV always)
+    wandb_mode: str  # offline or online (elmolab.tracking.wandb_mode)
+
+
+# Every top-level key of the composed config -> its schema (a type for a plain value).
 SECTIONS: dict[str, Any] = {
     "seed": int,
     "study": str,
@@ -540,4 +548,5 @@ SECTIONS: dict[str, Any] = {
     "taskmodel": TaskModelConfig,
     "polysemy": PolysemyConfig,
     "report": ReportConfig,
+    "logger": LoggerConfig,
 }

@@ -25,8 +25,8 @@ on it. Lightning's ``WandbLogger(experiment=run.run)`` reuses the same run.
 - Data: W&B never carries data between stages. Inputs and outputs are reference artifacts
   (``file://`` URIs; DVC holds the bytes). W&B cannot record an input offline, so offline runs
   keep their inputs in the run config (``inputs/<name>``) instead.
-- Secrets: the logged config is :func:`redact`-ed; API keys are read from the environment only
-  and never written anywhere.
+- Secrets: the logged config is :func:`redact`-ed (the values of the keys in :data:`SECRET_KEYS`);
+  API keys are read from the environment only and never written anywhere.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ import contextlib
 import logging
 import netrc
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -54,7 +53,27 @@ MIX_PREFIX = "mix"  # scalar-mix weights: mix/w0, mix/w1, mix/w2, mix/gamma
 PRETRAIN_STEP = "trainer/global_step"  # the x axis Lightning's WandbLogger logs
 PRETRAIN_CURVES = ("val/ppl", "val/ppl_fwd", "val/ppl_bwd")  # curve.csv's val_ppl* columns
 TRAIN_LOSS = "train/loss"
-SECRET_KEY = re.compile(r"api[_-]?key|token|secret|password", re.IGNORECASE)
+# The keys whose values are secrets, matched whole and regardless of case ("-" as "_"): W&B's API
+# key and the tokens and passwords of other services. A whole-key match, not a substring: the
+# settings hold many harmless "token" keys (max_sentence_tokens, token_column, batch_tokens).
+SECRET_KEYS = frozenset(
+    {
+        "api_key",
+        "apikey",
+        "wandb_api_key",
+        "token",
+        "access_token",
+        "auth_token",
+        "refresh_token",
+        "hf_token",
+        "github_token",
+        "secret",
+        "secret_key",
+        "client_secret",
+        "password",
+        "passwd",
+    }
+)
 REDACTED = "<redacted>"
 
 
@@ -76,13 +95,15 @@ def run_tags(**fields: object) -> list[str]:
     return [f"{key}:{value}" for key, value in fields.items() if value is not None]
 
 
+def is_secret(key: object) -> bool:
+    """Whether ``key`` names a secret: one of :data:`SECRET_KEYS`, whole, in any case."""
+    return str(key).lower().replace("-", "_") in SECRET_KEYS
+
+
 def redact(value: Any) -> Any:
-    """A copy of a nested config with the values of secret-looking keys replaced."""
+    """A copy of a nested config with the values of secret keys (:func:`is_secret`) replaced."""
     if isinstance(value, Mapping):
-        return {
-            key: REDACTED if SECRET_KEY.search(str(key)) else redact(item)
-            for key, item in value.items()
-        }
+        return {key: REDACTED if is_secret(key) else redact(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [redact(item) for item in value]
     return value
@@ -196,14 +217,13 @@ def init_run(
         return
     import wandb
 
-    params = OmegaConf.to_container(cfg, resolve=True)
     run = wandb.init(
         project=cfg.study,
         job_type=job_type,
         name=name or os.environ.get("DVC_STAGE") or job_type,
         group=group or os.environ.get("DVC_EXP_NAME") or None,
         tags=list(tags),
-        config=redact({**(config or {}), "params": params}),
+        config=run_config(cfg, config or {}),
         dir=tracking_root(),
         mode=mode,
         reinit="finish_previous",
@@ -214,6 +234,12 @@ def init_run(
         run.finish(exit_code=1)
         raise
     run.finish()
+
+
+def run_config(cfg: DictConfig, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The config of a W&B run: ``fields`` at the top level, the whole resolved config under
+    ``params``, secrets redacted."""
+    return redact({**fields, "params": OmegaConf.to_container(cfg, resolve=True)})
 
 
 def _file_uri(path: Path) -> str:

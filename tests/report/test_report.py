@@ -50,6 +50,7 @@ from elmolab.report.stats import (
     selectivities,
 )
 from elmolab.schema import PolysemyConfig, ReportConfig
+from elmolab.stages import report as report_stage
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -420,6 +421,21 @@ def test_stage_script_under_dvc_redacts_secrets(tmp_path):
     for name in ("index.html", "summary.md"):
         text = (out / name).read_text(encoding="utf-8")
         assert "sk-SECRET-123" not in text and "api_key: <redacted>" in html.unescape(text)
+
+
+def test_summary_md_shows_every_setting_of_the_default_config(tmp_path):
+    """Only secrets are redacted: the configuration summary.md shows is the default composition,
+    every key and value (max_sentence_tokens, token_column, token_encoder, batch_tokens ...)."""
+    write_pretraining(tmp_path / "artifacts")
+    overrides = [f"paths.data={tmp_path / 'data'}", f"paths.artifacts={tmp_path / 'artifacts'}"]
+    cfg = OmegaConf.create(yaml.safe_load(compose_params(CONF, overrides)))
+    settings = OmegaConf.to_container(cfg, resolve=True)
+    cfg.logger.wandb_api_key = "sk-SECRET-123"
+    report_stage.run(cfg, tmp_path / "report")
+    summary = (tmp_path / "report" / "summary.md").read_text(encoding="utf-8")
+    shown = summary.split("## Configuration\n\n```yaml\n", 1)[1].split("\n```", 1)[0]
+    logger = {**settings["logger"], "wandb_api_key": "<redacted>"}
+    assert yaml.safe_load(shown) == {**settings, "logger": logger}
 
 
 # --- the offline DVC plots template ------------------------------------------------------------
