@@ -402,7 +402,7 @@ def test_the_lock_file_dvc_rewrites_during_a_run_is_not_an_uncommitted_change(tm
     assert code_version(tmp_path).dirty is True
 
 
-def test_stage_script_under_dvc_redacts_secrets(tmp_path):
+def test_stage_script_under_dvc_redacts_secrets_and_ends_with_the_reports_path(tmp_path):
     write_pretraining(tmp_path / "artifacts")
     cfg = report_config(tmp_path)
     cfg.logger = {"wandb": {"project": "elmolab", "api_key": "sk-SECRET-123"}}
@@ -417,6 +417,8 @@ def test_stage_script_under_dvc_redacts_secrets(tmp_path):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("The report: artifacts/report/index.html (open it in a browser"), last
     out = tmp_path / "artifacts" / "report"
     for name in ("index.html", "summary.md"):
         text = (out / name).read_text(encoding="utf-8")
