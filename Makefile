@@ -60,8 +60,10 @@ repro: run ## Same as run
 report: install ## Only the report stage: artifacts/report/index.html
 	dvc repro report
 
+# The template is named here, not in .dvc/config: a plain `dvc plots show` then works on a clone
+# that has not built it (with DVC's own template, vega from a CDN).
 plots: install ## DVC plots as offline HTML (dvc_plots/index.html)
-	dvc plots show
+	dvc plots show --html-template $(VEGA_TEMPLATE)
 
 wandb-sync: $(STAMP) ## Upload offline W&B runs (wandb/) if WANDB_API_KEY is set and W&B answers
 	$(PY) -m elmolab.tracking sync

@@ -229,12 +229,30 @@ def test_bad_arguments(fixture_dir: Path) -> None:
         None,
         "scalar_mix_parameters has 2 values, the model has 3 layers to mix",
     )
-    elmo = make_elmo(fixture_dir)
-    expect_error(
-        lambda: elmo(torch.zeros(2, 5, 48, dtype=torch.long)),
-        None,
-        None,
-        "Elmo expects character ids (batch, timesteps, 50)",
+
+
+@pytest.mark.parametrize(
+    ("given", "problem"),
+    [
+        (torch.zeros(2, 3, 50), "; got torch.float32 of shape (2, 3, 50)"),
+        (torch.zeros(2, 3, dtype=torch.long), "; got shape (2, 3): word ids?"),
+        (torch.zeros(2, 5, 48, dtype=torch.long), "; got shape (2, 5, 48)"),
+        ([["EU", "rejects"]], "; got list, not a tensor"),
+    ],
+)
+def test_ids_that_are_not_character_ids_say_what_was_given(
+    fixture_dir: Path, given: object, problem: str
+) -> None:
+    expected = "Elmo expects integer character ids of shape (batch, timesteps, 50), as "
+    expected += "batch_to_ids(sentences) makes them"
+    expect_error(lambda: make_elmo(fixture_dir)(given), None, None, expected + problem)
+
+
+def test_integer_ids_of_another_type_read_as_long(fixture_dir: Path) -> None:
+    elmo = make_elmo(fixture_dir).eval()
+    ids = batch_to_ids([["EU", "rejects", "German", "call"], ["Peter"]])
+    torch.testing.assert_close(
+        elmo(ids.int())["elmo_representations"][0], elmo(ids)["elmo_representations"][0]
     )
 
 

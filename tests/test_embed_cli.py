@@ -4,6 +4,7 @@ stateless fast path against plain file order, and one clear error line for every
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from elmolab.cli import main
+from elmolab.cli import COMMANDS, main
 from elmolab.embed import embed_sentences
 from elmolab.io.features import read_features
 from elmolab.models.bilm import BiLM
@@ -273,3 +274,20 @@ def test_console_script_exits_without_traceback(fixture_dir: Path, tmp_path: Pat
         == f"elmolab embed: error: {empty}:2: empty line: every line must hold one sentence\n"
     )
     assert not (tmp_path / "out.hdf5").exists()
+
+
+def test_help_is_plain_text_and_shows_every_default(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--help"], *([name, "--help"] for name in COMMANDS)):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert "``" not in capsys.readouterr().out, argv
+    for name, command in COMMANDS.items():
+        parser = argparse.ArgumentParser()
+        command.add_arguments(parser)
+        text = " ".join(parser.format_help().split())  # argparse wraps lines by the terminal
+        for action in parser._actions:
+            # a flag's False and an absent value (None) are no defaults to show; 0 would be one
+            if action.default is None or action.default is False:
+                continue
+            if action.default != argparse.SUPPRESS:
+                assert f"(default: {action.default})" in text, (name, action.dest)

@@ -13,8 +13,7 @@ vega-lite 5.2 features), and each npm tarball is checked against its pinned SHA-
 With ``--cdn-fallback`` a failure to get the packages (no npm, no registry) is a warning, and the
 template written keeps dvc-render's CDN scripts: ``dvc plots show`` then works when online.
 
-``.dvc/config`` then points at the file: ``[plots] html_template = ../build/dvc-plots.html``
-(relative to ``.dvc/``).
+``make plots`` passes the file to DVC: ``dvc plots show --html-template build/dvc-plots.html``.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ from elmolab.errors import ElmolabError, resource_errors_named
 from elmolab.io.features import LAYER_MODES, STORAGE_DTYPES
 from elmolab.models.bilm_tf import load_bilm, load_bilm_from_checkpoint
 
+# Ends the help of every option that has a default (tests/test_embed_cli.py checks each does).
+DEFAULT = " (default: %(default)s)"
+
 
 class Command(NamedTuple):
     """One subcommand of ``elmolab``."""
@@ -37,10 +40,13 @@ def _add_embed_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--weights", help="bilm-tf lm_weights.hdf5")
     model.add_argument("--checkpoint", help="biLM checkpoint written by the pretraining stage")
     parser.add_argument(
-        "--layers", choices=LAYER_MODES, default="all", help="what to store per token"
+        "--layers",
+        choices=LAYER_MODES,
+        default="all",
+        help=f"what to store per token: every layer, the top one, or their average{DEFAULT}",
     )
     parser.add_argument(
-        "--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="sentences per batch"
+        "--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help=f"sentences per batch{DEFAULT}"
     )
     parser.add_argument(
         "--stateful",
@@ -48,9 +54,14 @@ def _add_embed_arguments(parser: argparse.ArgumentParser) -> None:
         help="file order, LSTM states carried from batch to batch (as bilm-tf); default: "
         "every sentence starts from zero states, batched by length",
     )
-    parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda:0")
     parser.add_argument(
-        "--dtype", choices=STORAGE_DTYPES, default="float32", help="storage type of the features"
+        "--device", default="cpu", help=f"torch device, e.g. cpu or cuda:0{DEFAULT}"
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=STORAGE_DTYPES,
+        default="float32",
+        help=f"storage type of the features{DEFAULT}",
     )
 
 
@@ -95,7 +106,11 @@ COMMANDS: dict[str, Command] = {
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one sub-parser per command of ``COMMANDS``."""
-    parser = argparse.ArgumentParser(prog="elmolab", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="elmolab",
+        description="elmolab's tools for bilm-tf (ELMo) models.",
+        epilog="'elmolab COMMAND --help' lists the arguments of a command.",
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in COMMANDS.items():
         command.add_arguments(

@@ -193,12 +193,12 @@ class Elmo(nn.Module):
         (batch, timesteps, 2 * proj)], "mask": (batch, timesteps) bool}``, zero at padding;
         ``timesteps + 2`` with ``keep_sentence_boundaries`` (then, with ``do_layer_norm``,
         padding positions hold the normalized zero, as in allennlp).
+
+        Raises ElmolabError, naming what was given, for ids that are not an integer tensor of
+        that shape: floats, word ids (batch, timesteps), sentences not yet through
+        ``batch_to_ids``. Other integer types are read as long.
         """
-        if char_ids.dim() < 3 or char_ids.shape[-1] != MAX_CHARACTERS_PER_TOKEN:
-            raise ElmolabError(
-                f"Elmo expects character ids (batch, timesteps, {MAX_CHARACTERS_PER_TOKEN}) as "
-                f"batch_to_ids makes them, got shape {tuple(char_ids.shape)}"
-            )
+        char_ids = _checked_char_ids(char_ids)
         leading = char_ids.shape[:-2]
         flat = char_ids.reshape(-1, *char_ids.shape[-2:])  # (batch, timesteps, 50)
         with torch.set_grad_enabled(self.requires_grad and torch.is_grad_enabled()):
@@ -221,3 +221,24 @@ class Elmo(nn.Module):
             "elmo_representations": representations,
             "mask": mask.reshape(*leading, mask.shape[-1]),
         }
+
+
+def _checked_char_ids(char_ids: object) -> Tensor:
+    """``char_ids`` as long, or an ElmolabError that says what was given and what is expected:
+    float or (batch, timesteps) word ids would otherwise fail deep in the char CNN."""
+    expected = (
+        f"Elmo expects integer character ids of shape (batch, timesteps, "
+        f"{MAX_CHARACTERS_PER_TOKEN}), as batch_to_ids(sentences) makes them"
+    )
+    if not isinstance(char_ids, Tensor):
+        raise ElmolabError(f"{expected}; got {type(char_ids).__name__}, not a tensor")
+    shape = tuple(char_ids.shape)
+    if char_ids.dtype == torch.bool or char_ids.is_floating_point() or char_ids.is_complex():
+        raise ElmolabError(f"{expected}; got {char_ids.dtype} of shape {shape}")
+    if char_ids.dim() == 2:
+        raise ElmolabError(
+            f"{expected}; got shape {shape}: word ids? Elmo reads each token's characters"
+        )
+    if char_ids.dim() < 3 or char_ids.shape[-1] != MAX_CHARACTERS_PER_TOKEN:
+        raise ElmolabError(f"{expected}; got shape {shape}")
+    return char_ids.long()  # a no-op for batch_to_ids' ids; the char CNN reads int64 only

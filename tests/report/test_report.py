@@ -8,7 +8,9 @@ import importlib.util
 import io
 import json
 import math
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -402,7 +404,7 @@ def test_the_lock_file_dvc_rewrites_during_a_run_is_not_an_uncommitted_change(tm
     assert code_version(tmp_path).dirty is True
 
 
-def test_stage_script_under_dvc_redacts_secrets(tmp_path):
+def test_stage_script_under_dvc_redacts_secrets_and_ends_with_the_reports_path(tmp_path):
     write_pretraining(tmp_path / "artifacts")
     cfg = report_config(tmp_path)
     cfg.logger = {"wandb": {"project": "elmolab", "api_key": "sk-SECRET-123"}}
@@ -417,6 +419,8 @@ def test_stage_script_under_dvc_redacts_secrets(tmp_path):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("The report: artifacts/report/index.html (open it in a browser"), last
     out = tmp_path / "artifacts" / "report"
     for name in ("index.html", "summary.md"):
         text = (out / name).read_text(encoding="utf-8")
@@ -481,3 +485,44 @@ def test_vega_template_falls_back_to_the_cdn_only_when_asked(tmp_path, monkeypat
     assert vega_template.main([str(tmp_path / "cdn.html"), "--cdn-fallback"]) == 0
     page = (tmp_path / "cdn.html").read_text(encoding="utf-8")
     assert "{scripts}" in page and "{plot_divs}" in page
+
+
+def test_dvc_plots_show_works_on_a_fresh_clone_and_inlines_vega_when_make_names_the_template(
+    tmp_path, monkeypatch
+):
+    """.dvc/config names no build product: a plain `dvc plots show` on a clone without
+    build/dvc-plots.html renders with DVC's own template (vega from a CDN); `make plots` passes
+    the offline template (--html-template), whose inlined scripts replace the CDN's."""
+    repo = tmp_path / "repo"
+    (repo / "plots").mkdir(parents=True)
+    (repo / "plots" / "ppl.csv").write_text("tokens,val_ppl\n100,50\n200,40\n", encoding="utf-8")
+    (repo / "dvc.yaml").write_text(
+        "plots:\n  - plots/ppl.csv:\n      x: tokens\n      y: val_ppl\n", encoding="utf-8"
+    )
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+
+    def dvc(*args: str) -> None:
+        done = subprocess.run(
+            [sys.executable, "-m", "dvc", *args],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True, timeout=60)
+    dvc("init", "-q")
+    shutil.copy(ROOT / ".dvc" / "config", repo / ".dvc" / "config")
+    dvc("plots", "show", "-o", "plain")
+    assert "cdn.jsdelivr" in (repo / "plain" / "index.html").read_text(encoding="utf-8")
+
+    monkeypatch.setattr(vega_template, "PACKAGES", _fake_tarballs(tmp_path))
+    (repo / "build").mkdir()
+    (repo / "build" / "dvc-plots.html").write_text(
+        vega_template.build_template(tmp_path), encoding="utf-8"
+    )
+    dvc("plots", "show", "-o", "offline", "--html-template", "build/dvc-plots.html")
+    page = (repo / "offline" / "index.html").read_text(encoding="utf-8")
+    assert "<script src=" not in page and "window.vega_lite" in page and "vegaEmbed(" in page

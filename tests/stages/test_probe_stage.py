@@ -241,6 +241,7 @@ def test_the_dvc_cell_command_runs_every_mode_and_seed_of_the_grid(params: Path)
         text=True,
     )
     assert proc.returncode == 0, proc.stderr
+    assert "precision" not in proc.stderr  # the same on every cell: in metrics.json, not the log
     cell = Path(load_params(params).paths.artifacts) / "probes" / "chunk"
     found = sorted(str(p.relative_to(cell)) for p in cell.glob("*/*/*/metrics.json"))
     assert found == [

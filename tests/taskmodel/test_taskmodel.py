@@ -4,6 +4,7 @@ file that does not match the labels fails with one line."""
 
 import dataclasses
 import json
+import logging
 import math
 import shutil
 from pathlib import Path
@@ -95,6 +96,25 @@ def test_the_tagger_learns_a_tagging_task_through_the_elmo_mix() -> None:
     }
     result, _ = train_one(config, data, baseline, seed=1, label="baseline/seed1")
     assert result["test_f1"] < 60.0 and result["mix_weights"] is None
+
+
+def test_a_run_drops_lightnings_litlogger_tip_and_keeps_its_other_lines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    data = TaskData({}, LabelVocabulary(TAGS), {}, WordVocabulary([], 1), {}, {})
+    splits = {
+        role: _synthetic(40, seed, False) for seed, role in enumerate(("train", "dev", "test"))
+    }
+    lightning = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    lightning.addHandler(caplog.handler)  # Lightning's loggers may not propagate to the root
+    try:
+        with caplog.at_level(logging.INFO, logger=lightning.name):
+            train_one(_config(max_epochs=1), data, splits, seed=1, label="elmo_toy/seed1")
+    finally:
+        lightning.removeHandler(caplog.handler)
+    messages = [record.getMessage() for record in caplog.records]
+    assert any(m.startswith("GPU available") for m in messages), messages
+    assert not any("litlogger" in m for m in messages), messages
 
 
 def test_error_reduction_by_hand() -> None:

@@ -172,9 +172,9 @@ def run_cell(
     torch.set_flush_denormal(True)
     kind = TaskKind(task.kind)
     if kind is not TaskKind.WSD:
-        precision = probe_precision(settings)
-        log.info("probe precision %s: %s", precision.precision, precision.reason)
-        settings = dataclasses.replace(settings, precision=precision.precision)
+        # Not logged: every cell on a machine chooses the same, and each run's metrics.json
+        # records it; a line per cell would repeat it through a whole `dvc repro`.
+        settings = dataclasses.replace(settings, precision=probe_precision(settings).precision)
     with atomic_dir(cell_dir) as tmp:
         if kind is TaskKind.WSD:
             results = _wsd_cell(task, modes, data, settings, tmp, start_run)

@@ -49,6 +49,8 @@ from elmolab.report.stats import (
 )
 from elmolab.schema import ReportConfig
 
+PAGE = "index.html"  # the report itself, in the output folder
+
 
 def code_version(cwd: Path) -> CodeVersion:
     """The git commit of ``cwd`` and whether it has uncommitted changes ('unknown' outside git).
@@ -174,7 +176,7 @@ def write_report(data: ReportData, config: ReportConfig, out_dir: Path) -> dict:
         for name, text in writers.plot_csvs(data).items():
             (tmp / "plots" / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp / "plots" / name).write_text(text, encoding="utf-8")
-        (tmp / "index.html").write_text(
+        (tmp / PAGE).write_text(
             writers.render_html(data, sections, pngs, config.embed_figures), encoding="utf-8"
         )
         (tmp / "summary.md").write_text(

@@ -7,6 +7,7 @@ Output (``artifacts/report/``): ``index.html``, ``figures/``, ``summary.md``, ``
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from elmolab.config import run_stage, section
 from elmolab.report import gather, write_report
+from elmolab.report.build import PAGE
 from elmolab.report.collect import Display
 from elmolab.schema import ReportConfig
 from elmolab.tracking import redact
@@ -35,7 +37,19 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         families=families,
         display=Display.of(cfg),
     )
-    return write_report(data, config, out_dir)
+    summary = write_report(data, config, out_dir)
+    # The page is what a run is for: say where it is (DVC shows a stage's output under repro).
+    print(open_line(out_dir / PAGE), flush=True)
+    return summary
+
+
+def open_line(page: Path) -> str:
+    """One line naming ``page`` (relative to the working directory when under it, as under DVC)
+    and a command that opens it in a browser."""
+    page, cwd = page.resolve(), Path.cwd().resolve()
+    shown = page.relative_to(cwd) if page.is_relative_to(cwd) else page
+    opener = "open" if sys.platform == "darwin" else "xdg-open"
+    return f"The report: {shown} (open it in a browser, offline: {opener} {shown})"
 
 
 def main(conf_dir: Path, argv: list[str] | None = None) -> None:

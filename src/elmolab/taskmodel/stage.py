@@ -69,6 +69,7 @@ from elmolab.taskmodel.model import (
     TaggerShape,
     sentence_f1,
 )
+from elmolab.training.pretrain import quiet_lightning
 
 log = logging.getLogger("elmolab.taskmodel")
 
@@ -250,6 +251,7 @@ def train_one(
         for role, split in splits.items()
     }
     record = EpochRecord(label)
+    quiet_lightning()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="taskmodel-") as checkpoints:
         best = ModelCheckpoint(checkpoints, "best", monitor="dev/f1", mode="max", save_top_k=1)

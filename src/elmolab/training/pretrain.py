@@ -59,10 +59,10 @@ from elmolab.training.module import BiLMPretrainer, count_parameters
 
 log = logging.getLogger(__name__)
 
-# Lightning messages that do not apply here. The data position and LSTM states are part of every
-# checkpoint (the data module's state_dict), so a mid-epoch resume is exact, whatever the warning
-# says; the data loader has no worker processes; the rest are advertisements and deprecations
-# inside Lightning itself.
+# Lightning messages that do not apply to elmolab's trainers (pretraining, the task model). The
+# data position and LSTM states are part of every pretraining checkpoint (the data module's
+# state_dict), so a mid-epoch resume is exact, whatever the warning says; the data loader has no
+# worker processes; the rest are advertisements and deprecations inside Lightning itself.
 _IRRELEVANT_WARNINGS = (
     r"You're resuming from a checkpoint that ended before the epoch ended",
     r"Your `IterableDataset` has `__len__` defined",
@@ -76,7 +76,9 @@ class _DropTips(logging.Filter):
 
 
 @functools.cache  # once per process: filters added again would pile up on the logger
-def _quiet_lightning() -> None:
+def quiet_lightning() -> None:
+    """Drop Lightning's messages that do not apply here (its tip to install litlogger, printed
+    by every Trainer, among them); its other messages and every other warning still show."""
     for message in _IRRELEVANT_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropTips())
@@ -263,7 +265,7 @@ def pretrain(
     )
     # One log folder per attempt: a resumed run's log continues where its checkpoint was.
     attempt = len(list((ckpt_dir / "logs").glob("attempt-*")))
-    _quiet_lightning()
+    quiet_lightning()
     csv_logger = CSVLogger(save_dir=ckpt_dir, name="logs", version=f"attempt-{attempt}")
     trainer = pl.Trainer(
         **lightning_args(trainer_cfg, precision),
@@ -401,7 +403,7 @@ def random_control(
     module = make_module(model_cfg, cfg, len(vocab))
     precision = choose_precision(trainer_cfg.precision, trainer_cfg.accelerator)
     eval_logits = use_eval_logits(module, cfg.eval_logits, precision)
-    _quiet_lightning()
+    quiet_lightning()
     trainer = pl.Trainer(
         accelerator="cpu" if trainer_cfg.accelerator == "cpu" else "auto",
         devices=1,
