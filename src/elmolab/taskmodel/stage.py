@@ -69,7 +69,7 @@ from elmolab.taskmodel.model import (
     TaggerShape,
     sentence_f1,
 )
-from elmolab.training.pretrain import quiet_lightning
+from elmolab.training.quiet import quiet_lightning
 
 log = logging.getLogger("elmolab.taskmodel")
 

@@ -24,7 +24,6 @@ same configuration; otherwise training starts from scratch.
 from __future__ import annotations
 
 import csv
-import functools
 import hashlib
 import json
 import logging
@@ -33,7 +32,6 @@ import os
 import shutil
 import sys
 import time
-import warnings
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -56,34 +54,15 @@ from elmolab.schema import ModelConfig, PretrainConfig, TrainerConfig
 from elmolab.text.vocab import Vocabulary
 from elmolab.training.data import LMDataModule
 from elmolab.training.module import BiLMPretrainer, count_parameters
+from elmolab.training.quiet import quiet_lightning
 
 log = logging.getLogger(__name__)
+
 
 # Lightning messages that do not apply to elmolab's trainers (pretraining, the task model). The
 # data position and LSTM states are part of every pretraining checkpoint (the data module's
 # state_dict), so a mid-epoch resume is exact, whatever the warning says; the data loader has no
 # worker processes; the rest are advertisements and deprecations inside Lightning itself.
-_IRRELEVANT_WARNINGS = (
-    r"You're resuming from a checkpoint that ended before the epoch ended",
-    r"Your `IterableDataset` has `__len__` defined",
-    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-)
-
-
-class _DropTips(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("💡 Tip")
-
-
-@functools.cache  # once per process: filters added again would pile up on the logger
-def quiet_lightning() -> None:
-    """Drop Lightning's messages that do not apply here (its tip to install litlogger, printed
-    by every Trainer, among them); its other messages and every other warning still show."""
-    for message in _IRRELEVANT_WARNINGS:
-        warnings.filterwarnings("ignore", message=message)
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropTips())
-
-
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Checkpoints written to a temporary file and renamed: a kill never leaves half a file."""
 
