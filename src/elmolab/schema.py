@@ -509,6 +509,7 @@ class ReportConfig:
 
     inputs: InputsConfig
     significance: SignificanceConfig
+    quick_look: bool  # a preset that checks the pipeline (experiment=smoke): the report says so
     embed_figures: bool
     figure_dpi: int
     encoders: EncoderRolesConfig
