@@ -71,8 +71,15 @@ from elmolab.probing.engine import (
 from elmolab.probing.jobs import layer0_twins, plan_jobs, training_subset
 from elmolab.probing.runner import feature_modes, load_splits, run_cell
 from elmolab.probing.settings import Schedule, probe_dtype, probe_precision
-from elmolab.probing.tasks import TaskKind, data_catalog
-from elmolab.schema import PRECISIONS, ExtractConfig, GridConfig, ProbeSettings, TaskConfig
+from elmolab.probing.tasks import data_catalog
+from elmolab.schema import (
+    PRECISIONS,
+    ExtractConfig,
+    GridConfig,
+    ProbeSettings,
+    TaskConfig,
+    TaskKind,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"

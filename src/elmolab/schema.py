@@ -15,6 +15,7 @@ import itertools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from omegaconf.errors import ValidationError
@@ -115,6 +116,21 @@ class ModelConfig:
 
 
 # --- extract: probing datasets and encoders (conf/extract/) ---
+
+
+class TaskKind(StrEnum):
+    TOKEN = "token"  # one label per token
+    PAIR = "pair"  # one label per (word, gold head) arc
+    WSD = "wsd"  # 1-NN word sense disambiguation
+    ARC = "arc"  # which word is each word's head (deparc): attachment accuracy
+    STRUCTURAL = "structural"  # Hewitt and Manning's structural probe: UUAS, distance Spearman
+    SENTENCE = "sentence"  # one label per sentence, from its tokens' features mean-pooled
+
+    @property
+    def is_tree(self) -> bool:
+        """Read whole dependency trees (heads and punctuation), not labels."""
+        return self in (TaskKind.ARC, TaskKind.STRUCTURAL)
+
 
 AUTO_SCHEME = "auto"  # columns.scheme: the scheme detect_scheme finds in the train split
 
@@ -510,6 +526,7 @@ class ReportConfig:
 
     inputs: InputsConfig
     significance: SignificanceConfig
+    quick_look: bool  # a preset that checks the pipeline (experiment=smoke): the report says so
     embed_figures: bool
     figure_dpi: int
     encoders: EncoderRolesConfig

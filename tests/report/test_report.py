@@ -21,6 +21,7 @@ import pytest
 import yaml
 from fixtures.report.fake_artifacts import (
     DISPLAY,
+    EXPECTED,
     FEATURES,
     SEEDS,
     TASKS,
@@ -90,7 +91,11 @@ def runs(tmp_path_factory) -> list[ProbeRun]:
 def test_collect_reads_every_run_and_lists_the_newer_outputs_as_missing(tmp_path):
     artifacts = write_fake_artifacts(tmp_path, model=False)
     inputs = collect(
-        artifacts / "bilm", artifacts / "bilm_random", artifacts / "probes", display=DISPLAY
+        artifacts / "bilm",
+        artifacts / "bilm_random",
+        artifacts / "probes",
+        display=DISPLAY,
+        expected=EXPECTED,
     )
     assert len(inputs.probes) == N_RUNS
     # A tree from before the token_only encoder, the structural probe and learning curves
@@ -126,15 +131,16 @@ def test_a_bad_probe_file_is_an_error_naming_it(tmp_path, edit, message):
 
 
 def test_bad_json_and_bad_curve_are_errors_naming_the_file(tmp_path):
+    none = tmp_path / "none"
     write_pretraining(tmp_path)
     (tmp_path / "bilm" / "metrics.json").write_text('{"val": ', encoding="utf-8")
     with pytest.raises(ElmolabError, match=r"bilm/metrics.json:1: not valid JSON"):
-        collect(tmp_path / "bilm", tmp_path / "none", tmp_path / "none", display=DISPLAY)
+        collect(tmp_path / "bilm", none, none, display=DISPLAY, expected=EXPECTED)
     write_pretraining(tmp_path)
     curve = tmp_path / "bilm" / "curve.csv"
     curve.write_text(curve.read_text().replace("500,1280000", "500,lots"), encoding="utf-8")
     with pytest.raises(ElmolabError, match=r"curve.csv:6: column 'tokens': 'lots'"):
-        collect(tmp_path / "bilm", tmp_path / "none", tmp_path / "none", display=DISPLAY)
+        collect(tmp_path / "bilm", none, none, display=DISPLAY, expected=EXPECTED)
 
 
 # --- statistics ------------------------------------------------------------------------------
@@ -247,7 +253,8 @@ def test_index_html_is_self_contained(full_report):
     assert page.count('src="data:image/png;base64,') == 6
     main_result = page.index('id="main-result"')
     assert main_result < page.index('id="pretraining"')
-    assert "mix better" in page and "paired bootstrap" in page
+    assert "mix better" in page and "paired bootstrap" in page  # a biLM better than unigram
+    assert 'class="quick-look"' not in page  # a study, not a quick look
     assert "What each layer encodes" in page and "Syntactic (trained biLM" in page
     assert "polysemy" in page.lower() and "play%2:33:00::" in page
 
@@ -265,6 +272,7 @@ def test_summary_json_has_mean_std_and_seed_values_for_every_cell(full_report, r
             assert entry["seeds"] == list(SEEDS)
     assert summary["probes"]["wsd"]["scalar_mix"]["trained"]["applicable"] is False
     assert summary["significance"]["alpha"] == 0.05
+    assert summary["quick_look"] is False and summary["no_verdicts"] is None
     assert {c["task"] for c in summary["comparisons"]} == {*TASKS, "wsd"}
     assert summary["polysemy"]["contextual_layers"] == [2]
     play = summary["polysemy"]["words"][0]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from fixtures.report.fake_artifacts import (
     DISPLAY,
+    EXPECTED,
     SEEDS,
     build_report,
     gather_report,
@@ -192,7 +193,9 @@ def _run(encoder: str, features: str, seed: int, correct: np.ndarray) -> ProbeRu
 def test_a_complete_tree_lists_nothing_missing(tmp_path):
     artifacts = write_complete_artifacts(tmp_path)
     probes = artifacts / "probes"
-    inputs = collect(artifacts / "bilm", artifacts / "bilm_random", probes, display=DISPLAY)
+    inputs = collect(
+        artifacts / "bilm", artifacts / "bilm_random", probes, display=DISPLAY, expected=EXPECTED
+    )
     assert inputs.missing == []
     assert {r.encoder for r in inputs.probes} == set(ENCODERS)
     assert all(r.train_fraction == 1.0 for r in inputs.probes)  # fraction runs are not runs

@@ -13,6 +13,7 @@ import pytest
 from conftest import expect_error
 from fixtures.report.fake_artifacts import (
     DISPLAY,
+    EXPECTED,
     build_report,
     gather_report,
     write,
@@ -238,7 +239,11 @@ def _mean_std(values: list[float], digits: int, signed: bool = False) -> str:
 def test_conditional_runs_and_online_codes_are_read_apart_from_the_layer_runs(tmp_path):
     artifacts = write_information_artifacts(tmp_path)
     inputs = collect(
-        artifacts / "bilm", artifacts / "bilm_random", artifacts / "probes", display=DISPLAY
+        artifacts / "bilm",
+        artifacts / "bilm_random",
+        artifacts / "probes",
+        display=DISPLAY,
+        expected=EXPECTED,
     )
     assert {r.features for r in inputs.probes} == set(MODES)
     assert {r.features for r in inputs.conditional} == {f"layer0+{m}" for m in CONDITIONAL}
@@ -260,7 +265,7 @@ def test_conditional_runs_and_online_codes_are_read_apart_from_the_layer_runs(tm
 def test_a_conditional_run_without_its_layer0_run_is_listed_as_missing(tmp_path):
     write_ner(tmp_path)
     (tmp_path / "ner" / "layer0" / "trained" / "seed3" / "metrics.json").unlink()
-    inputs = collect(tmp_path / "b", tmp_path / "r", tmp_path, display=DISPLAY)
+    inputs = collect(tmp_path / "b", tmp_path / "r", tmp_path, display=DISPLAY, expected=EXPECTED)
     assert (
         "conditional probes without the layer0 run of their seed (not shown): "
         "ner/layer0+layer1/trained/seed3"

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from fixtures.report.fake_artifacts import (
     DISPLAY,
+    EXPECTED,
     FAMILIES,
     SEEDS,
     TASKS,
@@ -226,6 +227,7 @@ def test_a_task_without_a_family_is_an_error_and_nothing_is_written(tmp_path):
             tmp_path,
             families,
             DISPLAY,
+            EXPECTED,
         )
     assert not (tmp_path / "artifacts" / "report").exists()
 
@@ -269,7 +271,7 @@ def test_the_first_sense_and_majority_baselines_stand_beside_the_scores(report, 
     cfg = report_config(tmp_path)
     families = {**FAMILIES, "sentiment": "semantic"}
     config = section(cfg, "report", ReportConfig)
-    data = gather(config, "t", OmegaConf.to_yaml(cfg), 1, tmp_path, families, DISPLAY)
+    data = gather(config, "t", OmegaConf.to_yaml(cfg), 1, tmp_path, families, DISPLAY, EXPECTED)
     (row,) = [r for r in sections.headline.headline_rows(data) if r.task == "sentiment"]
     assert row.no_features == "majority class 23.12"
     (wsd,) = [r for r in sections.headline.headline_rows(data) if r.task == "wsd"]

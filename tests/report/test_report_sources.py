@@ -3,7 +3,7 @@
 import shutil
 
 import pytest
-from fixtures.report.fake_artifacts import DISPLAY, write_probe_runs
+from fixtures.report.fake_artifacts import DISPLAY, EXPECTED, write_probe_runs
 
 from elmolab.errors import ElmolabError
 from elmolab.report.collect import collect, probe_roots
@@ -23,10 +23,19 @@ def test_a_multirun_folder_is_read_job_by_job(tmp_path):
     roots = probe_roots(multirun)
     assert [root.parent.name for root in roots] == [str(n) for n in range(len(roots))]
     inputs = collect(
-        tmp_path / "no_bilm", tmp_path / "no_random", tmp_path / "none", [multirun], display=DISPLAY
+        tmp_path / "no_bilm",
+        tmp_path / "no_random",
+        tmp_path / "none",
+        [multirun],
+        display=DISPLAY,
+        expected=EXPECTED,
     )
     expected = collect(
-        tmp_path / "no_bilm", tmp_path / "no_random", tmp_path / "all", display=DISPLAY
+        tmp_path / "no_bilm",
+        tmp_path / "no_random",
+        tmp_path / "all",
+        display=DISPLAY,
+        expected=EXPECTED,
     )
     key = lambda r: (r.task, r.features, r.encoder, r.seed)  # noqa: E731
     assert sorted(map(key, inputs.probes)) == sorted(map(key, expected.probes))
@@ -50,21 +59,15 @@ def test_a_run_folder_and_the_dvc_tree_add_up(tmp_path):
         tmp_path / "dvc",
         [tmp_path / "outputs" / "run"],
         display=DISPLAY,
+        expected=EXPECTED,
     )
     assert {r.encoder for r in inputs.probes} == {"trained", "random"}
 
 
 def test_a_run_found_twice_or_a_missing_source_is_an_error(tmp_path):
-    write_probe_runs(tmp_path / "dvc")
+    bilm, random, dvc = tmp_path / "b", tmp_path / "r", tmp_path / "dvc"
+    write_probe_runs(dvc)
     with pytest.raises(ElmolabError, match=r"same probe run .* is also in"):
-        collect(
-            tmp_path / "b", tmp_path / "r", tmp_path / "dvc", [tmp_path / "dvc"], display=DISPLAY
-        )
+        collect(bilm, random, dvc, [dvc], display=DISPLAY, expected=EXPECTED)
     with pytest.raises(ElmolabError, match=r"report\.sources: no such folder"):
-        collect(
-            tmp_path / "b",
-            tmp_path / "r",
-            tmp_path / "dvc",
-            [tmp_path / "nowhere"],
-            display=DISPLAY,
-        )
+        collect(bilm, random, dvc, [tmp_path / "nowhere"], display=DISPLAY, expected=EXPECTED)

@@ -111,6 +111,8 @@ def test_the_smoke_pipeline_writes_the_report_and_a_second_repro_does_nothing(
     assert (report / "index.html").stat().st_size > 10_000
     summary = json.loads((report / "summary.json").read_text())
     assert summary  # every task and feature mode of the smoke grid, both encoders
+    assert summary["quick_look"] is True  # experiment=smoke sets report.quick_look
+    assert not any("conditional" in line for line in summary["missing"])  # no layer 0 asked for
     again = _run(["dvc", "repro"], clean)
     assert _stages_run(again) == []
 

@@ -21,9 +21,9 @@ from elmolab.errors import ElmolabError
 from elmolab.io.results import FeatureMode, without_timings
 from elmolab.probing.jobs import job_arithmetic, plan_jobs, training_subset
 from elmolab.probing.runner import feature_modes, load_splits, run_cell
-from elmolab.probing.tasks import TaskKind, data_catalog
+from elmolab.probing.tasks import data_catalog
 from elmolab.report.collect import read_probe_runs
-from elmolab.schema import ExtractConfig, ProbeSettings
+from elmolab.schema import ExtractConfig, ProbeSettings, TaskKind
 from elmolab.stages.probe import grid_task
 from elmolab.text.wsd import LEXICOGRAPHER_FILES
 

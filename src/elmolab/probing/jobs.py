@@ -19,8 +19,7 @@ from elmolab.errors import ElmolabError
 from elmolab.io.features import summary_path
 from elmolab.io.results import CONDITIONAL_MODES, FeatureMode
 from elmolab.probing.probes import Head
-from elmolab.probing.tasks import TaskKind
-from elmolab.schema import ProbeSettings
+from elmolab.schema import ProbeSettings, TaskKind
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,6 @@ from elmolab.probing.settings import probe_dtype, probe_precision
 from elmolab.probing.tasks import (
     DataCatalog,
     SplitSource,
-    TaskKind,
     TaskLabels,
     check_task,
     read_split_features,
@@ -112,7 +111,7 @@ from elmolab.probing.wsd import (
     score_senses,
     wsd_vectors,
 )
-from elmolab.schema import FeaturesConfig, ProbeSettings, TaskConfig
+from elmolab.schema import FeaturesConfig, ProbeSettings, TaskConfig, TaskKind
 from elmolab.text.wsd import read_wordnet_sense_index
 from elmolab.tracking import TrackedRun, metric_key
 

@@ -51,7 +51,14 @@ import numpy as np
 from elmolab.errors import ElmolabError
 from elmolab.io.features import check_units, feature_path, read_features, read_units, units_path
 from elmolab.probing.metrics import ControlTask, LabelVocabulary, TaskMetric
-from elmolab.schema import AUTO_SCHEME, ColumnsConfig, DatasetConfig, ExtractConfig, TaskConfig
+from elmolab.schema import (
+    AUTO_SCHEME,
+    ColumnsConfig,
+    DatasetConfig,
+    ExtractConfig,
+    TaskConfig,
+    TaskKind,
+)
 from elmolab.text.conll import (
     Separator,
     TaggedSentence,
@@ -95,20 +102,6 @@ class DatasetFormat(StrEnum):
     @property
     def is_wsd(self) -> bool:
         return self in (DatasetFormat.SEMCOR, DatasetFormat.RAGANATO)
-
-
-class TaskKind(StrEnum):
-    TOKEN = "token"  # one label per token
-    PAIR = "pair"  # one label per (word, gold head) arc
-    WSD = "wsd"  # 1-NN word sense disambiguation
-    ARC = "arc"  # which word is each word's head (deparc): attachment accuracy
-    STRUCTURAL = "structural"  # Hewitt and Manning's structural probe: UUAS, distance Spearman
-    SENTENCE = "sentence"  # one label per sentence, from its tokens' features mean-pooled
-
-    @property
-    def is_tree(self) -> bool:
-        """Read whole dependency trees (heads and punctuation), not labels."""
-        return self in (TaskKind.ARC, TaskKind.STRUCTURAL)
 
 
 class TaskFamily(StrEnum):

@@ -27,10 +27,11 @@ from elmolab.report.collect import (
     LAYER_PANEL,
     SCALAR_MIX,
     Display,
+    Expected,
     collect,
     read_taskmodel,
 )
-from elmolab.report.data import CodeVersion, ReportData, main_encoder
+from elmolab.report.data import CodeVersion, ReportData, main_encoder, no_verdicts_reason
 from elmolab.report.information import (
     conditional_gains,
     online_code_cells,
@@ -81,12 +82,14 @@ def gather(
     cwd: Path,
     families: Mapping[str, str | None],
     display: Display,
+    expected: Expected,
 ) -> ReportData:
     """Read the inputs (the polysemy table among them) and compute the statistics.
 
     ``families`` gives each task's family (``grid.tasks.<task>.family``: syntactic, semantic);
     a task with results but no family is an error (the layer panel groups tasks by it).
-    ``display`` orders and names what is shown, and says which encoder is compared with which.
+    ``display`` orders and names what is shown, and says which encoder is compared with which;
+    ``expected`` says which absent results are missing.
     """
     inputs = collect(
         Path(config.inputs.bilm),
@@ -94,6 +97,7 @@ def gather(
         Path(config.inputs.probes),
         [Path(source) for source in config.inputs.sources],
         display,
+        expected=expected,
     )
     samples = config.significance.bootstrap_samples
     cells = group_cells(inputs.probes, display)
@@ -130,6 +134,8 @@ def gather(
         layer_gaps=layer_gaps(cells, lower, upper, samples, seed),
         taskmodel=read_taskmodel(Path(config.inputs.taskmodel), inputs.missing),
         display=display,
+        quick_look=config.quick_look,
+        no_verdicts=no_verdicts_reason(inputs.trained),
     )
 
 
@@ -241,6 +247,6 @@ def _layer_panel(data: ReportData) -> Figure:
         gravity,
         paper,
         main_encoder(data),
-        data.significance.alpha,
+        None if data.no_verdicts else data.significance.alpha,
         data.display,
     )

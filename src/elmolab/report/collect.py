@@ -42,7 +42,7 @@ from elmolab.io.results import (
     online_code_paths,
     probe_run_paths,
 )
-from elmolab.schema import EncoderRolesConfig
+from elmolab.schema import EncoderRolesConfig, TaskKind
 
 PPL_KEYS = ("ppl", "ppl_fwd", "ppl_bwd")
 K = TypeVar("K", bound=tuple)  # (task, features, encoder, ...)
@@ -138,6 +138,33 @@ def conditioned_mode(features: str) -> str | None:
 
 
 BY_NAME = Display()  # everything by name, no encoder in a role
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the configuration asks the probe stage for, from ``conf/``: the tasks of
+    ``grid.tasks``, the feature modes of ``grid.features``, the encoders of ``probe.encoders``, and
+    learning curves (``probe.train_fractions`` set, and a token task to draw them on). A result is
+    missing only if it is expected: what a preset leaves out on purpose (``experiment=smoke``: no
+    layer 0, so no layer-0 run beside the conditional probes) is not."""
+
+    tasks: tuple[str, ...]
+    features: tuple[str, ...]
+    encoders: tuple[str, ...]
+    learning_curves: bool
+
+    @classmethod
+    def of(cls, cfg: DictConfig) -> Expected:
+        """What the study ``cfg`` (a composed config) expects."""
+        tasks = OmegaConf.select(cfg, "grid.tasks", default=None) or {}
+        fractions = OmegaConf.select(cfg, "probe.train_fractions", default=None) or []
+        return cls(
+            tasks=tuple(tasks),
+            features=tuple(OmegaConf.select(cfg, "grid.features", default=None) or []),
+            encoders=tuple(OmegaConf.select(cfg, "probe.encoders", default=None) or []),
+            learning_curves=bool(fractions)
+            and any(task.get("kind") == TaskKind.TOKEN for task in tasks.values()),
+        )
 
 
 def ordered(names: set[str] | list[str], order: tuple[str, ...]) -> list[str]:
@@ -248,13 +275,16 @@ def collect(
     probes_dir: Path,
     sources: Sequence[Path] = (),
     display: Display = BY_NAME,
+    *,
+    expected: Expected,
 ) -> Inputs:
-    """Read every input the report uses; what is absent is listed in ``Inputs.missing``.
+    """Read every input the report uses; what is ``expected`` and absent is listed in
+    ``Inputs.missing``.
 
     ``sources`` adds probe results from elsewhere (:func:`probe_roots`): a Hydra multirun folder,
     one run's folder, or a probes folder. A run (or online code) found twice is an error naming
-    both files. A baseline encoder of ``display`` without runs is listed as missing.
-    Learning-curve runs of conditional probes are left out (no section shows them).
+    both files. A baseline encoder of ``display`` that is expected and has no runs is listed as
+    missing. Learning-curve runs of conditional probes are left out (no section shows them).
     """
     missing: list[str] = []
     trained = _read_pretraining(bilm_dir, "trained biLM", missing, with_curve=True)
@@ -267,31 +297,35 @@ def collect(
     curves = _unique([run for root in roots for run in read_learning_curve_runs(root)], "probe run")
     curves = [run for run in curves if conditioned_mode(run.features) is None]
     codes = _unique([code for root in roots for code in read_online_codes(root)], "online code")
-    missing += _unpaired_conditional(probes, conditional)
+    if CONDITIONAL_BASE in expected.features:
+        missing += _unpaired_conditional(probes, conditional)
     if not probes:
         missing.append(f"no probe results under {probes_dir}/ (the probe stage has not run)")
     else:
         encoders = {run.encoder for run in probes}
         tasks = {run.task for run in probes}
-        if display.random is not None and display.random not in encoders:
+        absent_encoders = set(expected.encoders) - encoders
+        if display.random in absent_encoders:
             missing.append(
                 f"no probe runs on the {display.random} encoder: trained vs random is not shown"
             )
-        if display.token_layer is not None and display.token_layer not in encoders:
+        if display.token_layer in absent_encoders:
             missing.append(
                 f"no probe runs on the {display.token_layer} encoder: trained biLM vs trained "
                 "token layer is not shown"
             )
-        if "wsd" not in tasks:
+        absent_tasks = set(expected.tasks) - tasks
+        if "wsd" in absent_tasks:
             missing.append(f"no WSD results ({probes_dir / 'wsd'}/): WSD is not shown")
-        if STRUCTURAL_TASK not in tasks:
+        if STRUCTURAL_TASK in absent_tasks:
             missing.append(
                 f"no structural-probe results ({probes_dir / STRUCTURAL_TASK}/): "
                 "the structural probe is not shown"
             )
-        if not any(task.endswith(CONTROL_SUFFIX) for task in tasks):
+        controls = {task for task in expected.tasks if task.endswith(CONTROL_SUFFIX)}
+        if controls and not controls & tasks:
             missing.append("no control-task runs: selectivity is not shown")
-        if not curves:
+        if expected.learning_curves and not curves:
             missing.append(
                 "no learning-curve runs (<task>/<features>/<encoder>/seed<k>/"
                 f"{FRACTION_PREFIX}<f>/): probe learning curves are not shown"

@@ -1,14 +1,14 @@
 """The report's data model: everything the sections, figures and writers show, computed once by
 :func:`elmolab.report.build.gather` from what the other stages wrote (:mod:`.collect`) and the
-statistics over it (:mod:`.stats`, :mod:`.information`), with the study's :class:`Display`; and
-which of its encoders is the main one, which the baselines."""
+statistics over it (:mod:`.stats`, :mod:`.information`), with the study's :class:`Display`; which
+of its encoders is the main one, which the baselines; and whether it may draw verdicts at all."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from elmolab.io.polysemy import WordNeighbours
-from elmolab.report.collect import CONTROL_SUFFIX, Display, Inputs
+from elmolab.report.collect import CONTROL_SUFFIX, Display, Inputs, Pretraining
 from elmolab.report.information import CodeCell, Gain
 from elmolab.report.stats import Cell, Comparison, EncoderComparison, LayerGap, Selectivity
 from elmolab.schema import SignificanceConfig
@@ -60,6 +60,10 @@ class ReportData:
     # How tasks, feature modes and encoders are ordered and named (conf/: grid.tasks,
     # probe.encoders, report.encoders).
     display: Display = field(default_factory=Display)
+    # A run that only checks the pipeline (report.quick_look): the report opens with a banner.
+    quick_look: bool = False
+    # Why no comparison is called better, worse or significant (no_verdicts_reason), or None.
+    no_verdicts: str | None = None
 
     @property
     def tasks(self) -> list[str]:
@@ -82,3 +86,20 @@ def baseline_encoders(data: ReportData) -> list[str]:
     """Every encoder but the main one, in display order."""
     main = main_encoder(data)
     return [encoder for encoder in data.encoders if encoder != main]
+
+
+def no_verdicts_reason(trained: Pretraining | None) -> str | None:
+    """The sentence that replaces every verdict when the trained biLM's validation perplexity is
+    not below the unigram model's: a biLM that predicts words no better than their frequencies
+    has learned nothing its probes could show. None when it is below, or either is unknown."""
+    unigram = None if trained is None else trained.metrics.get("unigram_ppl", {}).get("valid")
+    if unigram is None:
+        return None
+    ppl = trained.metrics["val"]["ppl"]
+    if ppl < unigram:
+        return None
+    return (
+        f"No verdicts: the trained biLM's validation perplexity ({ppl:,.1f}) is not better than"
+        f" the unigram model's ({unigram:,.1f}), so it has not learned to predict words from"
+        " their context; the numbers are shown, but none is called better, worse or significant."
+    )

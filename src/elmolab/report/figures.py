@@ -15,7 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import NullFormatter, NullLocator, StrMethodFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter, NullLocator, StrMethodFormatter
 
 from elmolab.report.collect import (
     SCALAR_MIX,
@@ -23,6 +23,7 @@ from elmolab.report.collect import (
     Display,
     Pretraining,
 )
+from elmolab.report.format import token_count
 from elmolab.report.information import CodeCell, Gain, conditional_label
 from elmolab.report.stats import Cell, LayerGap, Selectivity
 
@@ -93,7 +94,8 @@ def learning_curves(trained: Pretraining) -> Figure:
         raise ValueError("learning_curves needs the trained biLM's curve")
     figure = Figure(figsize=(11, 3.8), layout="tight")
     left, right = figure.subplots(1, 2)
-    tokens = curve["tokens"] / 1e6  # (rows,)
+    tokens = curve["tokens"]  # (rows,)
+    counts = FuncFormatter(lambda x, _: token_count(x))  # a quick look's 20k, not 0.02 million
     for column, (label, color, width) in CURVES.items():
         rows = ~np.isnan(curve[column])  # validation happens on some rows only
         left.plot(
@@ -120,16 +122,18 @@ def learning_curves(trained: Pretraining) -> Figure:
     low, high = left.get_ylim()
     left.yaxis.set_major_formatter(plain)
     left.yaxis.set_minor_formatter(plain if high / low < 10 else NullFormatter())
+    left.xaxis.set_major_formatter(counts)
     left.set(
-        xlabel="training tokens (millions)",
+        xlabel="training tokens",
         ylabel="validation perplexity (log scale)",
         title="Validation perplexity (lower is better)",
     )
     left.legend(frameon=False, fontsize=9)
     rows = ~np.isnan(curve["train_loss"])
     right.plot(tokens[rows], curve["train_loss"][rows], color="#555555", linewidth=1)
+    right.xaxis.set_major_formatter(counts)
     right.set(
-        xlabel="training tokens (millions)",
+        xlabel="training tokens",
         ylabel="training loss (nats per token)",
         title="Training loss (both directions)",
     )
@@ -521,16 +525,16 @@ def layer_panel(
     gravity: dict[str, np.ndarray],
     paper: dict[str, float],
     main: str,
-    alpha: float,
+    alpha: float | None,
     display: Display,
 ) -> Figure:
     """What each layer encodes, a row per task grouped by family (``tasks``: (family, task)).
 
     Left: layer 2 minus layer 1 of the ``main`` encoder (bar: mean over seeds, error bar: one
     standard deviation of the per-seed differences; colour: which layer is significantly better
-    at ``alpha``), the other encoders' as markers, the ELMo paper's (``paper``, task ->
-    difference) as a star. Right: the centre of gravity of the main encoder's scalar mix
-    (``gravity``, task -> per-seed values), 0 = the token layer.
+    at ``alpha``; None: no verdicts, every bar grey and unmarked), the other encoders' as markers,
+    the ELMo paper's (``paper``, task -> difference) as a star. Right: the centre of gravity of
+    the main encoder's scalar mix (``gravity``, task -> per-seed values), 0 = the token layer.
     """
     by_key = {(g.task, g.encoder): g for g in gaps}
     others = display.ordered_encoders({g.encoder for g in gaps} - {main})
@@ -555,9 +559,9 @@ def layer_panel(
                 0.62,
                 xerr=std if std else None,
                 capsize=2,
-                color=FAVOURED_COLORS[gap.favoured(alpha)],
+                color=FAVOURED_COLORS[None if alpha is None else gap.favoured(alpha)],
             )
-            mark = "*" if gap.significant(alpha) else ""
+            mark = "*" if alpha is not None and gap.significant(alpha) else ""
             end = 100 * gap.difference + (std if gap.difference >= 0 else -std)
             bars.text(
                 end,
@@ -610,8 +614,9 @@ def layer_panel(
     centre.set_xticks([0, 1, 2], ["0\n(token)", "1", "2"], fontsize=8)
     centre.set_title("scalar mix: centre of gravity Σ j·s_j", fontsize=10)
     _tidy(centre, "x")
-    handles = [Rectangle((0, 0), 1, 1, color=c) for c in FAVOURED_COLORS.values()]
-    names = list(FAVOURED_LABELS.values())
+    verdicts = FAVOURED_COLORS if alpha is not None else {}
+    handles = [Rectangle((0, 0), 1, 1, color=c) for c in verdicts.values()]
+    names = [FAVOURED_LABELS[favoured] for favoured in verdicts]
     for encoder in others:
         handles.append(
             Line2D(

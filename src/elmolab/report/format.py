@@ -11,6 +11,7 @@ from elmolab.report.stats import Cell
 
 # A difference's mark by its significance (None: not testable).
 SIGNIFICANCE_MARKS = {True: " *", False: "", None: " (untested)"}
+NO_VERDICT = "–"  # nothing compared, or no verdicts drawn at all (ReportData.no_verdicts)
 # A verdict's badge class (the HTML's colours).
 VERDICT_CLASSES = {
     "mix better": "good",
@@ -22,7 +23,19 @@ VERDICT_CLASSES = {
     "layer1 better": "lower",  # the layer panel: the first biLSTM layer significantly better
     "layer2 better": "upper",
     "n/a": "neutral",
+    NO_VERDICT: "neutral",
 }
+
+
+def verdict_cell(verdict: str, no_verdicts: str | None) -> tuple[str, str]:
+    """(text, badge class) of ``verdict``; "–" where the report draws no verdicts."""
+    shown = NO_VERDICT if no_verdicts else verdict
+    return shown, VERDICT_CLASSES[shown]
+
+
+def significance_mark(significant: bool | None, no_verdicts: str | None) -> str:
+    """A difference's mark by its significance; none where the report draws no verdicts."""
+    return "" if no_verdicts else SIGNIFICANCE_MARKS[significant]
 
 
 def pct(value: float | None, signed: bool = False) -> str:
@@ -64,6 +77,19 @@ METRIC_LABELS = {
 
 def metric_label(metric: str | None) -> str:
     return METRIC_LABELS.get(metric or "", metric or "")
+
+
+# A count's unit by its size, the largest first (thousand, million, billion).
+COUNT_UNITS = ((1e9, "B"), (1e6, "M"), (1e3, "k"))
+
+
+def token_count(tokens: float) -> str:
+    """A number of tokens to one decimal of its unit: 19,200 -> "19.2k", 7,680,000 -> "7.7M",
+    20,000 -> "20k", 950 -> "950"."""
+    for scale, unit in COUNT_UNITS:
+        if round(abs(tokens) / scale, 1) >= 1:  # 999,960 is "1M", not "1000k"
+            return f"{tokens / scale:,.1f}".removesuffix(".0") + unit
+    return f"{tokens:,.0f}"
 
 
 def fraction_text(fraction: float) -> str:

@@ -17,16 +17,20 @@ from elmolab.report.data import ReportData
 from elmolab.report.sections import Sections
 
 TEMPLATES = Path(__file__).parent / "templates"
+LAYER_PANEL_CAPTION = (
+    "What each layer encodes: per task, grouped by family, the trained biLM's layer 2 minus layer"
+    " 1 on the test set (bar: mean over seeds, error bar: one standard deviation of the per-seed"
+    " differences{verdicts}), the baseline encoders' differences as diamonds and the ELMo paper's"
+    " as a star; right, the centre of gravity Σ j·s_j of the learned scalar mix's weights (mean ±"
+    " std over seeds; 0 = the token layer, 2 = the top layer)."
+)
 FIGURE_CAPTIONS = {
     "pretraining_curves": "Pretraining: validation perplexity of each direction and their "
     "mean against training tokens (log scale; dashed: the unigram baseline), and the "
     "training loss.",
-    "layer_panel": "What each layer encodes: per task, grouped by family, the trained biLM's "
-    "layer 2 minus layer 1 on the test set (bar: mean over seeds, error bar: one standard "
-    "deviation of the per-seed differences, *: significant; colour: the layer significantly "
-    "better, grey: neither), the baseline encoders' differences as diamonds and the ELMo "
-    "paper's as a star; right, the centre of gravity Σ j·s_j of the learned scalar mix's "
-    "weights (mean ± std over seeds; 0 = the token layer, 2 = the top layer).",
+    "layer_panel": LAYER_PANEL_CAPTION.format(
+        verdicts=", *: significant; colour: the layer significantly better, grey: neither"
+    ),
     "probes_by_task": "Test score of every feature mode per task (bars: mean over seeds, error "
     "bars: one standard deviation, dots: single seeds; outlined bar: the learned scalar mix). "
     "The y axes are zoomed and do not start at 0.",
@@ -45,6 +49,10 @@ FIGURE_CAPTIONS = {
     "conditional_probing": "Information beyond layer 0 (Hewitt et al. 2021): test bits per token "
     "that the probe on layer 0 beside a mode saves over the probe on layer 0 alone, per encoder "
     "(bars: mean over seeds, error bars: one standard deviation, dots: single seeds).",
+}
+# The captions that change where the report draws no verdicts (ReportData.no_verdicts).
+NO_VERDICT_CAPTIONS = {
+    "layer_panel": LAYER_PANEL_CAPTION.format(verdicts="; no verdicts: see the main result")
 }
 
 
@@ -73,7 +81,7 @@ def render_html(data: ReportData, sections: Sections, pngs: dict[str, bytes], em
         .render(
             data=data,
             images=images,
-            captions=FIGURE_CAPTIONS,
+            captions=FIGURE_CAPTIONS | (NO_VERDICT_CAPTIONS if data.no_verdicts else {}),
             findings=sections.findings,
             tables=sections,
         )

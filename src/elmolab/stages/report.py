@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from elmolab.config import run_stage, section
 from elmolab.report import gather, write_report
 from elmolab.report.build import PAGE
-from elmolab.report.collect import Display
+from elmolab.report.collect import Display, Expected
 from elmolab.schema import ReportConfig
 from elmolab.tracking import redact
 
@@ -36,6 +36,7 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         cwd=Path.cwd(),
         families=families,
         display=Display.of(cfg),
+        expected=Expected.of(cfg),
     )
     summary = write_report(data, config, out_dir)
     # The page is what a run is for: say where it is (DVC shows a stage's output under repro).

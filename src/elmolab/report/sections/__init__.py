@@ -27,12 +27,18 @@ from elmolab.report.sections import (
     task_model,
 )
 
+QUICK_LOOK = (
+    "A quick look, not a study (report.quick_look): a few minutes of training on a slice of the"
+    " data, to show that every stage runs. Its numbers say nothing about what ELMo learns."
+)
+
 
 @dataclass(frozen=True)
 class Sections:
-    """The main result's findings and every table of the report (None: a section without results
-    yet): what index.html and summary.md both render."""
+    """The banner, the main result's findings and every table of the report (None: a section
+    without results yet): what index.html and summary.md both render."""
 
+    banner: str | None  # above everything: what kind of run this is (None: a study)
     findings: list[str]
     headline: Table | None
     layers: Table | None
@@ -53,6 +59,7 @@ class Sections:
     @classmethod
     def of(cls, data: ReportData) -> Sections:
         return cls(
+            banner=QUICK_LOOK if data.quick_look else None,
             findings=headline.findings(data),
             headline=headline.table(data),
             layers=layers.table(data),
@@ -77,6 +84,8 @@ def summary_json(data: ReportData) -> dict[str, Any]:
     return {
         "title": data.title,
         "code_version": {"commit": data.version.commit, "dirty": data.version.dirty},
+        "quick_look": data.quick_look,
+        "no_verdicts": data.no_verdicts,
         "missing": data.inputs.missing,
         "pretraining": pretraining.summary(data),
         "probes": results.summary(data),

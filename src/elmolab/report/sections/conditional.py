@@ -10,12 +10,12 @@ from typing import Any
 from elmolab.report.collect import DEV_BITS, TEST_BITS
 from elmolab.report.data import ReportData
 from elmolab.report.format import (
-    SIGNIFICANCE_MARKS,
     json_per_seed,
     json_tested,
     metric_label,
     p_equals,
     per_seed,
+    significance_mark,
 )
 from elmolab.report.information import TestedDifference, conditional_label
 from elmolab.report.layout import Column, Table, TableCell, group_starts, number
@@ -49,11 +49,12 @@ def _test_text(difference: TestedDifference) -> str:
     return f"{p_equals(difference.p_value)}; {difference.method}"
 
 
-def _marked(difference: TestedDifference, digits: int, scale: float, alpha: float) -> str:
-    """A difference's mean ± std, marked * where significant."""
+def _marked(difference: TestedDifference, digits: int, scale: float, data: ReportData) -> str:
+    """A difference's mean ± std, marked * where significant (unmarked where the report draws no
+    verdicts)."""
     if not difference.n:
         return "–"
-    marked = SIGNIFICANCE_MARKS[difference.significant(alpha)]
+    marked = significance_mark(difference.significant(data.significance.alpha), data.no_verdicts)
     return per_seed(difference, digits, scale, signed=True) + marked
 
 
@@ -75,7 +76,6 @@ class ConditionalRow:
 def conditional_rows(data: ReportData) -> list[ConditionalRow]:
     """Per task with conditional probes and mode: each encoder's information beyond layer 0 (test
     bits per token, test metric in points), marked * where significant."""
-    alpha = data.significance.alpha
     encoders = conditional_encoders(data)
     by_key = {(g.task, g.mode, g.encoder): g for g in data.gains}
     rows = []
@@ -87,7 +87,7 @@ def conditional_rows(data: ReportData) -> list[ConditionalRow]:
                 task=task,
                 metric=metric_label(metric),
                 mode=mode,
-                bits=["–" if g is None else _marked(g.test_bits, 3, 1.0, alpha) for g in gains],
+                bits=["–" if g is None else _marked(g.test_bits, 3, 1.0, data) for g in gains],
                 bits_hovers=[
                     ""
                     if g is None
@@ -96,7 +96,7 @@ def conditional_rows(data: ReportData) -> list[ConditionalRow]:
                     for g in gains
                 ],
                 metric_gains=[
-                    "–" if g is None else _marked(g.metric, 2, 100.0, alpha) for g in gains
+                    "–" if g is None else _marked(g.metric, 2, 100.0, data) for g in gains
                 ],
                 metric_hovers=["" if g is None else _test_text(g.metric) for g in gains],
             )
@@ -107,7 +107,9 @@ def conditional_rows(data: ReportData) -> list[ConditionalRow]:
 def findings(data: ReportData) -> list[str]:
     """Per task: the mode that adds the most beyond layer 0 for the main encoder (chosen on dev
     where every mode has dev bits), its test gains and their significance, and the baseline
-    encoders' gains with that mode."""
+    encoders' gains with that mode; none where the report draws no verdicts."""
+    if data.no_verdicts:
+        return []
     alpha = data.significance.alpha
     lines = []
     for task in dict.fromkeys(g.task for g in data.gains):

@@ -9,7 +9,14 @@ from typing import Any
 
 from elmolab.report.collect import Display
 from elmolab.report.data import ReportData
-from elmolab.report.format import VERDICT_CLASSES, json_number, mean_std, p_text, pct
+from elmolab.report.format import (
+    VERDICT_CLASSES,
+    json_number,
+    mean_std,
+    p_text,
+    pct,
+    verdict_cell,
+)
 from elmolab.report.layout import (
     Table,
     TableCell,
@@ -34,13 +41,14 @@ RANDOM_METHOD = (
 )
 
 
-def encoder_verdict(
-    comparison: EncoderComparison, alpha: float, display: Display
-) -> tuple[str, str]:
-    """(display text, badge class) of an encoder comparison's verdict."""
-    verdict = comparison.verdict(alpha)
+def encoder_verdict(comparison: EncoderComparison, data: ReportData) -> tuple[str, str]:
+    """(display text, badge class) of an encoder comparison's verdict; "–" where the report draws
+    no verdicts."""
+    verdict = comparison.verdict(data.significance.alpha)
+    if data.no_verdicts:
+        return verdict_cell(verdict, data.no_verdicts)
     winner = {"better": comparison.encoder, "worse": comparison.baseline}.get(verdict)
-    text = verdict if winner is None else f"{display.label(winner, short=True)} better"
+    text = verdict if winner is None else f"{data.display.label(winner, short=True)} better"
     return text, VERDICT_CLASSES[verdict]
 
 
@@ -70,10 +78,9 @@ def random_rows(data: ReportData) -> list[EncoderRow]:
 
 def encoder_rows(data: ReportData, comparisons: list[EncoderComparison]) -> list[EncoderRow]:
     """A row per comparison of the trained biLM with a baseline encoder."""
-    alpha = data.significance.alpha
     rows = []
     for c in comparisons:
-        verdict, verdict_class = encoder_verdict(c, alpha, data.display)
+        verdict, verdict_class = encoder_verdict(c, data)
         rows.append(
             EncoderRow(
                 task=c.task,

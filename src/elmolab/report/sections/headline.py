@@ -12,12 +12,13 @@ from elmolab.io.results import FIRST_SENSE, MAJORITY_BASELINE
 from elmolab.report.collect import SCALAR_MIX
 from elmolab.report.data import ReportData, baseline_encoders, main_encoder
 from elmolab.report.format import (
-    VERDICT_CLASSES,
     json_number,
     mean_std,
     metric_label,
     p_text,
     pct,
+    token_count,
+    verdict_cell,
 )
 from elmolab.report.layout import Column, Table, TableCell, columns_of, comparison_cells, number
 from elmolab.report.sections.encoders import random_finding, token_finding
@@ -71,7 +72,9 @@ def headline_rows(data: ReportData) -> list[HeadlineRow]:
         comparison = by_key.get((task, main))
         if comparison is None:
             continue
-        verdict = comparison.verdict(data.significance.alpha)
+        verdict, verdict_class = verdict_cell(
+            comparison.verdict(data.significance.alpha), data.no_verdicts
+        )
         baselines = []
         for encoder in baseline_encoders(data):
             control = by_key.get((task, encoder))
@@ -96,7 +99,7 @@ def headline_rows(data: ReportData) -> list[HeadlineRow]:
                 difference=pct(comparison.difference, signed=True),
                 p_value=p_text(comparison.p_value),
                 verdict=verdict,
-                verdict_class=VERDICT_CLASSES[verdict],
+                verdict_class=verdict_class,
                 method=comparison.method,
                 baselines=baselines,
                 no_features="; ".join(
@@ -119,7 +122,10 @@ def task_baselines(data: ReportData, task: str) -> list[tuple[str, float]]:
 
 
 def findings(data: ReportData) -> list[str]:
-    """The main result in a few sentences: the probing comparisons first, pretraining last."""
+    """The main result in a few sentences: the probing comparisons first, pretraining last; where
+    the report draws no verdicts (``data.no_verdicts``), why not instead of the comparisons."""
+    if data.no_verdicts:
+        return [data.no_verdicts, *_pretraining_finding(data)]
     lines = []
     rows = headline_rows(data)
     main = main_encoder(data)
@@ -167,22 +173,28 @@ def findings(data: ReportData) -> list[str]:
                 f"Selectivity ({task} minus its control task): highest with {top.features} "
                 f"({pct(top.mean)} points)."
             )
+    return lines + _pretraining_finding(data)
+
+
+def _pretraining_finding(data: ReportData) -> list[str]:
+    """The trained biLM's perplexities beside the unigram model's and the untrained network's, in
+    a sentence; none before pretraining has run."""
     trained = data.inputs.trained
-    if trained is not None:
-        val = trained.metrics["val"]
-        text = (
-            f"Pretraining: validation perplexity {val['ppl']:,.1f} (forward {val['ppl_fwd']:,.1f}, "
-            f"backward {val['ppl_bwd']:,.1f})"
-        )
-        if "tokens" in trained.metrics:
-            text += f" after {trained.metrics['tokens'] / 1e6:,.1f}M training tokens"
-        unigram = trained.metrics.get("unigram_ppl", {}).get("valid")
-        if unigram is not None:
-            text += f"; a unigram model gets {unigram:,.0f}"
-        if data.inputs.random is not None:
-            text += f", the untrained network {data.inputs.random.metrics['val']['ppl']:,.0f}"
-        lines.append(text + ".")
-    return lines
+    if trained is None:
+        return []
+    val = trained.metrics["val"]
+    text = (
+        f"Pretraining: validation perplexity {val['ppl']:,.1f} (forward {val['ppl_fwd']:,.1f}, "
+        f"backward {val['ppl_bwd']:,.1f})"
+    )
+    if "tokens" in trained.metrics:
+        text += f" after {token_count(trained.metrics['tokens'])} training tokens"
+    unigram = trained.metrics.get("unigram_ppl", {}).get("valid")
+    if unigram is not None:
+        text += f"; a unigram model gets {unigram:,.0f}"
+    if data.inputs.random is not None:
+        text += f", the untrained network {data.inputs.random.metrics['val']['ppl']:,.0f}"
+    return [text + "."]
 
 
 def table(data: ReportData) -> Table | None:

@@ -13,13 +13,14 @@ import numpy as np
 from elmolab.report.collect import FAMILY_ORDER, SCALAR_MIX, ordered
 from elmolab.report.data import ReportData, baseline_encoders, main_encoder
 from elmolab.report.format import (
-    SIGNIFICANCE_MARKS,
-    VERDICT_CLASSES,
+    NO_VERDICT,
     json_number,
     metric_label,
     p_equals,
     p_text,
     pct,
+    significance_mark,
+    verdict_cell,
 )
 from elmolab.report.layout import Table, TableCell, columns_of, group_starts, number
 from elmolab.report.stats import LayerGap, centre_of_gravity
@@ -115,7 +116,9 @@ def panel_rows(data: ReportData) -> list[PanelRow]:
         mix = mix_summary(data, task)
         others = [gaps.get((task, encoder)) for encoder in baseline_encoders(data)]
         paper = PAPER_LAYERS.get(task)
-        verdict = "–" if gap is None else gap.verdict(alpha)
+        verdict, verdict_class = verdict_cell(
+            NO_VERDICT if gap is None else gap.verdict(alpha), data.no_verdicts
+        )
         rows.append(
             PanelRow(
                 family=family,
@@ -125,14 +128,15 @@ def panel_rows(data: ReportData) -> list[PanelRow]:
                 difference="–" if gap is None else _signed_points(gap.difference, gap.std),
                 p_value="–" if gap is None else p_text(gap.p_value),
                 verdict=verdict,
-                verdict_class=VERDICT_CLASSES.get(verdict, "neutral"),
+                verdict_class=verdict_class,
                 method="" if gap is None else gap.method,
                 weights="–" if mix is None else " · ".join(f"{w:.2f}" for w in mix.weights),
                 gravity="–" if mix is None else _gravity_text(mix.gravity),
                 baselines=[
                     "–"
                     if g is None
-                    else pct(g.difference, signed=True) + SIGNIFICANCE_MARKS[g.significant(alpha)]
+                    else pct(g.difference, signed=True)
+                    + significance_mark(g.significant(alpha), data.no_verdicts)
                     for g in others
                 ],
                 baseline_hovers=["" if g is None else _gap_hover(g) for g in others],
@@ -160,7 +164,10 @@ def _gap_hover(gap: LayerGap) -> str:
 
 def family_findings(data: ReportData) -> list[str]:
     """Per family, how many of its tasks favour layer 1 or layer 2 significantly on the main
-    encoder, and how many show no significant difference (or cannot be tested)."""
+    encoder, and how many show no significant difference (or cannot be tested); none where the
+    report draws no verdicts."""
+    if data.no_verdicts:
+        return []
     alpha = data.significance.alpha
     main = main_encoder(data)
     gaps = {g.task: g for g in data.layer_gaps if g.encoder == main}

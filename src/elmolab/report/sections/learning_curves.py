@@ -8,12 +8,12 @@ from typing import Any
 
 from elmolab.report.data import ReportData
 from elmolab.report.format import (
-    SIGNIFICANCE_MARKS,
     fraction_text,
     json_number,
     mean_std,
     p_equals,
     pct,
+    significance_mark,
 )
 from elmolab.report.layout import Table, TableCell, columns_of, group_starts, number
 from elmolab.report.sections.encoders import comparison_summary
@@ -38,7 +38,6 @@ def curve_rows(data: ReportData) -> list[CurveRow]:
     """Per task and feature mode with learning curves: each encoder's score at each training
     fraction, then the trained − token layer difference at each fraction, marked * where the
     paired test finds it significant."""
-    alpha = data.significance.alpha
     fractions = learning_curve_fractions(data)
     by_key = {(c.task, c.features, c.train_fraction): c for c in data.curve_comparisons}
     rows = []
@@ -64,7 +63,7 @@ def curve_rows(data: ReportData) -> list[CurveRow]:
                     task,
                     features,
                     label,
-                    [_marked_difference(c, alpha) for c in comparisons],
+                    [_marked_difference(c, data) for c in comparisons],
                     [
                         "" if c is None else f"{p_equals(c.p_value)}; {c.method}"
                         for c in comparisons
@@ -75,10 +74,10 @@ def curve_rows(data: ReportData) -> list[CurveRow]:
     return rows
 
 
-def _marked_difference(comparison: EncoderComparison | None, alpha: float) -> str:
+def _marked_difference(comparison: EncoderComparison | None, data: ReportData) -> str:
     if comparison is None:
         return "–"
-    mark = SIGNIFICANCE_MARKS[comparison.significant(alpha)]
+    mark = significance_mark(comparison.significant(data.significance.alpha), data.no_verdicts)
     return pct(comparison.difference, signed=True) + mark
 
 

@@ -109,7 +109,10 @@ def uniform_codes(data: ReportData) -> str:
 
 def findings(data: ReportData) -> list[str]:
     """Per task: the feature mode that compresses best for the main encoder, the baseline
-    encoders' compression on it, and its control task's."""
+    encoders' compression on it, and its control task's; none where the report draws no
+    verdicts."""
+    if data.no_verdicts:
+        return []
     lines = []
     for task, control in online_code_tasks(data):
         cells = {(f, e): c for (t, f, e), c in data.online_codes.items() if t == task}

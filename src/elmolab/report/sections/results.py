@@ -46,7 +46,8 @@ def result_rows(data: ReportData) -> list[tuple[str, str, list[ResultCell]]]:
                         and comparison.best_layer.features == mode,
                         not_significant=mode == SCALAR_MIX
                         and comparison is not None
-                        and comparison.significant(alpha) is False,
+                        and comparison.significant(alpha) is False
+                        and not data.no_verdicts,
                     )
                 )
             rows.append((task, mode, cells))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from elmolab.report.collect import Display
 from elmolab.report.data import ReportData
-from elmolab.report.format import VERDICT_CLASSES, p_equals, p_text
+from elmolab.report.format import p_equals, p_text, verdict_cell
 from elmolab.report.layout import Table, TableCell, columns_of, comparison_cells, number
 from elmolab.schema import BASELINE, FINETUNE_PREFIX, MIX_PREFIX
 
@@ -69,8 +69,7 @@ def table(data: ReportData) -> Table | None:
             cells += comparison_cells(
                 f"{versus['absolute']:+.2f}",
                 p_text(p_value) if p_value is not None else "–",
-                verdict,
-                VERDICT_CLASSES[verdict],
+                *verdict_cell(verdict, data.no_verdicts),
                 versus["test"],
             )
             cells.insert(4, number("–" if relative is None else f"{relative:+.1f}%"))
