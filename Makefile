@@ -49,10 +49,13 @@ data/README.md: data.dvc $(STAMP)
 	dvc pull -q data.dvc
 	touch data/README.md
 
-params: $(STAMP) ## Recompose params.yaml from conf/ (after editing conf/)
+params: $(STAMP) ## Recompose params.yaml from conf/ (after editing conf/, or after a dvc exp run)
 	$(PY) -m elmolab.params
 
-run: install ## Run the whole pipeline (dvc repro): prepare -> pretrain -> extract -> probe -> report
+# params.yaml must be conf/'s composition (one left by `dvc exp run -S` would run something else,
+# or call it up to date); EXPERIMENT=<preset> composes conf/experiment/<preset>.yaml into it.
+run: install ## Run the whole pipeline (dvc repro) as conf/ composes it; EXPERIMENT=<preset>: a preset
+	$(PY) -m elmolab.params $(if $(EXPERIMENT),experiment=$(EXPERIMENT),--check)
 	dvc repro
 
 repro: run ## Same as run
