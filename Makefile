@@ -1,4 +1,5 @@
-# elmolab: `make run` runs the whole pipeline, `make test` the tests (both install first if needed).
+# elmolab: `make run` runs the whole pipeline, `make smoke` a quick look beside it, `make test`
+# the tests (all install first if needed).
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -20,7 +21,7 @@ export MALLOC_TOP_PAD_ := 268435456
 
 VEGA_TEMPLATE := build/dvc-plots.html
 
-.PHONY: help install data params run repro test test-slow lint format bench clean \
+.PHONY: help install data params run repro smoke test test-slow lint format bench clean \
 	vega-template report plots wandb-sync wandb-report
 
 help: ## List the targets
@@ -59,6 +60,9 @@ run: install ## Run the whole pipeline (dvc repro) as conf/ composes it; EXPERIM
 	dvc repro
 
 repro: run ## Same as run
+
+smoke: install ## Quick look: experiment=smoke in smoke/ (minutes); the study's files stay as they are
+	$(PY) -m elmolab.quicklook
 
 report: install ## Only the report stage: artifacts/report/index.html
 	dvc repro report
