@@ -107,7 +107,6 @@ def prepare(root: Path, workspace: Path, overrides: list[str]) -> None:
     copy_tree(root, workspace, names)
     venv = workspace / ".venv"
     if (root / ".venv").is_dir() and not venv.is_symlink():
-        shutil.rmtree(venv, ignore_errors=True)
         venv.symlink_to(os.path.relpath(root / ".venv", workspace), target_is_directory=True)
     configure_dvc(root, workspace)
     text = compose_params(workspace / "conf", overrides)
