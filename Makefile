@@ -1,4 +1,5 @@
-# elmolab: `make run` runs the whole pipeline, `make test` the tests (both install first if needed).
+# elmolab: `make run` runs the whole pipeline, `make smoke` a quick look beside it, `make test`
+# the tests (all install first if needed).
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -20,7 +21,7 @@ export MALLOC_TOP_PAD_ := 268435456
 
 VEGA_TEMPLATE := build/dvc-plots.html
 
-.PHONY: help install data params run repro test test-slow lint format bench clean \
+.PHONY: help install data params run repro smoke test test-slow lint format bench clean \
 	vega-template report plots wandb-sync wandb-report
 
 help: ## List the targets
@@ -49,13 +50,19 @@ data/README.md: data.dvc $(STAMP)
 	dvc pull -q data.dvc
 	touch data/README.md
 
-params: $(STAMP) ## Recompose params.yaml from conf/ (after editing conf/)
+params: $(STAMP) ## Recompose params.yaml from conf/ (after editing conf/, or after a dvc exp run)
 	$(PY) -m elmolab.params
 
-run: install ## Run the whole pipeline (dvc repro): prepare -> pretrain -> extract -> probe -> report
+# params.yaml must be conf/'s composition (one left by `dvc exp run -S` would run something else,
+# or call it up to date); EXPERIMENT=<preset> composes conf/experiment/<preset>.yaml into it.
+run: install ## Run the whole pipeline (dvc repro) as conf/ composes it; EXPERIMENT=<preset>: a preset
+	$(PY) -m elmolab.params $(if $(EXPERIMENT),experiment=$(EXPERIMENT),--check)
 	dvc repro
 
 repro: run ## Same as run
+
+smoke: install ## Quick look: experiment=smoke in smoke/ (minutes); the study's files stay as they are
+	$(PY) -m elmolab.quicklook
 
 report: install ## Only the report stage: artifacts/report/index.html
 	dvc repro report

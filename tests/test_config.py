@@ -13,9 +13,10 @@ from omegaconf import OmegaConf
 
 from elmolab.config import apply_overrides, check_config, load_params, section
 from elmolab.errors import ElmolabError
-from elmolab.params import CompositionError, compose_params
+from elmolab.params import CompositionError, check_params, compose_params, differing_keys
 from elmolab.probing.tasks import check_task
 from elmolab.schema import SECTIONS, CorpusConfig, TaskConfig
+from tests.conftest import expect_error
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -25,6 +26,41 @@ def test_committed_params_yaml_is_the_composition_of_conf():
     committed = (ROOT / "params.yaml").read_text(encoding="utf-8")
     assert committed == compose_params(CONF), (
         "params.yaml differs from the composition of conf/: run `make params` and commit it"
+    )
+
+
+def test_make_run_checks_params_yaml_against_conf_and_names_the_keys_that_differ(tmp_path):
+    """What ``make run`` checks first: the values of params.yaml (its comments aside) are conf/'s
+    composition; else one line names the first keys that differ and the fix."""
+    params = tmp_path / "params.yaml"
+    params.write_text(compose_params(CONF) + "# a comment changes no value\n", encoding="utf-8")
+    check_params(params, CONF)
+    # What `dvc exp run -S probe.lr=0.01` leaves in the workspace.
+    params.write_text(compose_params(CONF, ["probe.lr=0.01"]), encoding="utf-8")
+    fix = "`make params` returns it to"
+    expect_error(lambda: check_params(params, CONF), params, None, f"in probe.lr: {fix}")
+    params.write_text(compose_params(CONF, ["experiment=smoke"]), encoding="utf-8")
+    with pytest.raises(
+        ElmolabError, match=rf"in corpus\.sources\.\w+, \S+, \S+ and \d+ more: {fix}"
+    ):
+        check_params(params, CONF)
+
+
+def test_differing_keys_are_the_leaves_that_differ_in_the_composed_order():
+    composed = {"seed": 1, "probe": {"lr": 0.1, "seeds": [1, 2]}, "corpus": {"a": {"path": "x"}}}
+    written = {"corpus": {"a": None}, "probe": {"seeds": [1], "lr": 0.1}, "seed": 1, "extra": 2}
+    assert differing_keys(written, composed) == ["probe.seeds", "corpus.a", "extra"]
+    assert differing_keys(composed, composed) == []
+
+
+def test_params_check_fails_in_one_line(tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text(compose_params(CONF).replace("seed: 1\n", "seed: 2\n", 1), encoding="utf-8")
+    check = ["-m", "elmolab.params", "--check", "--conf", str(CONF), "--out", str(params)]
+    proc = subprocess.run([sys.executable, *check], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert re.fullmatch(
+        rf"error: {params}: differs from .* in seed: `make params` .*\n", proc.stderr
     )
 
 

@@ -36,8 +36,8 @@ LAYERS = (
     ),
     # the report and the task model: libraries the stages use
     ("elmolab.report", "elmolab.taskmodel", "elmolab.wandb_report"),
-    # the stages (one module each) and the command line
-    ("elmolab.stages", "elmolab.cli"),
+    # the stages (one module each) and the command lines: elmolab's, make smoke's quick look
+    ("elmolab.stages", "elmolab.cli", "elmolab.quicklook"),
 )
 
 

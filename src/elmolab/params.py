@@ -10,6 +10,10 @@ the modules of the ``hydra_plugins`` package before it first composes; ours
 (``hydra_plugins/elmolab_schema.py``) calls :func:`install_checks`. A composition that fails, or
 that the check rejects, raises :class:`CompositionError`: one line naming ``conf/config.yaml``, the
 overrides and the key.
+
+``make run`` first checks that ``params.yaml`` is that composition (``--check``): one left by
+``dvc exp run -S ...``, or edited by hand, would make ``dvc repro`` run its settings, or find their
+results up to date, in the study's place.
 """
 
 from __future__ import annotations
@@ -20,23 +24,26 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from dvc.exceptions import DvcException
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.config_store import ConfigStore
 from hydra.core.default_element import GroupDefault
 from hydra.errors import ConfigCompositionException, HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from elmolab.config import check_config, setting_problem
+from elmolab.config import check_config, load_params, setting_problem
 from elmolab.errors import ElmolabError
 
 # The defaults-list entry that asks for the check (conf/config.yaml: `- schema: elmolab`): an
 # empty config, so selecting it adds nothing to the composition, and composing fails where the
 # plugin that registers it is missing instead of going unchecked.
 SCHEMA_GROUP, SCHEMA_OPTION = "schema", "elmolab"
+# How many differing keys the check of params.yaml names before "and N more".
+NAMED_KEYS = 3
+_ABSENT = object()
 
 
 class CompositionError(ElmolabError, ConfigCompositionException, DvcException):
@@ -130,19 +137,71 @@ def _one_line(err: HydraException | OmegaConfBaseException) -> str:
     return line
 
 
+def differing_keys(written: Any, composed: Any, key: str = "") -> list[str]:
+    """The dotted keys whose values differ between two parsed YAML documents, a key present in
+    one of them only included: ``composed``'s keys in its order, then ``written``'s others. A
+    list is one value."""
+    if not (isinstance(written, dict) and isinstance(composed, dict)):
+        return [] if written == composed else [key]
+    names = [*composed, *(name for name in written if name not in composed)]
+    return [
+        differing
+        for name in names
+        for differing in differing_keys(
+            written.get(name, _ABSENT),
+            composed.get(name, _ABSENT),
+            f"{key}.{name}" if key else str(name),
+        )
+    ]
+
+
+def check_params(params: Path, conf_dir: Path, overrides: list[str] | None = None) -> None:
+    """Raise an :class:`ElmolabError` of one line, naming the first differing keys and the fix,
+    if the values of ``params`` differ from the composition of ``conf_dir`` with ``overrides``
+    (comments and layout aside: the stages read the values)."""
+    written = OmegaConf.to_container(load_params(params))
+    composed = OmegaConf.to_container(OmegaConf.create(compose_params(conf_dir, overrides)))
+    keys = differing_keys(written, composed)
+    if not keys:
+        return
+    named = ", ".join(keys[:NAMED_KEYS])
+    if len(keys) > NAMED_KEYS:
+        named += f" and {len(keys) - NAMED_KEYS} more"
+    composition = " ".join([f"{conf_dir}/", *(overrides or [])])
+    raise ElmolabError(
+        f"differs from the composition of {composition} in {named}: `make params` returns it to "
+        f"{conf_dir}/'s composition (a DVC experiment's results stay in `dvc exp show`); "
+        f"`make run EXPERIMENT=<preset>` runs a preset of {conf_dir}/experiment/",
+        params,
+    )
+
+
+def exit_with_error(err: ElmolabError) -> NoReturn:
+    """End the program as a stage ends on bad input: ``err`` as one line on stderr, status 2."""
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=smoke")
     parser.add_argument("--conf", default="conf", type=Path, help="config folder (conf)")
     parser.add_argument("--out", default="params.yaml", type=Path, help="output (params.yaml)")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; fail with one line if --out differs from the composition",
+    )
     args = parser.parse_args()
     from elmolab.fsutil import atomic_path
 
     try:
+        if args.check:
+            check_params(args.out, args.conf, args.overrides)
+            return
         text = compose_params(args.conf, args.overrides)
     except ElmolabError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+        exit_with_error(err)
     with atomic_path(args.out) as tmp:
         tmp.write_text(text, encoding="utf-8")
 

@@ -13,6 +13,9 @@ Two checkouts run ``dvc repro`` with ``experiment=smoke``:
   checkpoint, every metric equals the clean run's (same seed, same machine: the pipeline is
   deterministic), and DVC's cache holds the outputs ``dvc.lock`` names plus, at most, complete
   earlier versions of JSON outputs (nothing a killed stage left half-written was ever cached).
+
+And a third, with the committed (default) ``params.yaml``, does what README tells a new user:
+``make smoke``, the quick look in a workspace of its own, then ``make run``, the study.
 """
 
 import json
@@ -29,6 +32,7 @@ import torch
 import yaml
 
 from elmolab.io.results import reproducible_results
+from elmolab.params import compose_params
 
 # Each test runs whole DVC pipelines (the queued-experiments test two of them, about 10 minutes on
 # a slow 2-core CPU): a hang is still caught, a slow machine is not failed for being slow.
@@ -53,14 +57,16 @@ def _run(args: list[str], cwd: Path, check: bool = True, **env: str) -> subproce
 
 
 def _remote_store() -> Path:
-    """The DVC remote this checkout points at, as an absolute path."""
-    config = (ROOT / ".dvc" / "config").read_text(encoding="utf-8")
-    url = next(line.split("=", 1)[1].strip() for line in config.splitlines() if "url =" in line)
-    return (ROOT / ".dvc" / url).resolve()
+    """The DVC remote this checkout points at (``.dvc/config``, or ``config.local`` over it), as
+    an absolute path."""
+    from dvc.config import Config
+
+    return Path(Config(dvc_dir=ROOT / ".dvc")["remote"]["store"]["url"])
 
 
-def make_checkout(dest: Path) -> Path:
-    """A fresh git repository with this working tree's files, the data pulled, smoke params."""
+def make_checkout(dest: Path, preset: str | None = SMOKE) -> Path:
+    """A fresh git repository with this working tree's files and the data pulled; its
+    ``params.yaml`` composed with ``preset`` (None: as committed, conf/'s composition)."""
     if not (ROOT / "data" / "README.md").is_file() or not _remote_store().is_dir():
         pytest.skip("the data and its DVC remote are needed: run `make install`")
     files = _run(["git", "ls-files", "-co", "--exclude-standard", "-z"], ROOT).stdout.split("\0")
@@ -71,8 +77,9 @@ def make_checkout(dest: Path) -> Path:
     _run(["git", "init", "-q"], dest)
     _run(["dvc", "remote", "modify", "--local", "store", "url", str(_remote_store())], dest)
     _run(["dvc", "pull", "-q", "data.dvc"], dest)
-    _run([sys.executable, "-m", "elmolab.params", SMOKE], dest)
-    _commit(dest, "smoke checkout")
+    if preset is not None:
+        _run([sys.executable, "-m", "elmolab.params", preset], dest)
+    _commit(dest, "checkout")
     return dest
 
 
@@ -366,3 +373,47 @@ def _uncached_outputs(repo: Path) -> set[str]:
 def _cached_objects(repo: Path) -> set[str]:
     root = repo / ".dvc" / "cache" / "files" / "md5"
     return {p.parent.name + p.name for p in root.glob("*/*") if p.is_file()}
+
+
+def _make(repo: Path, target: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
+    # -o: the shared venv counts as installed, whatever the copied pyproject.toml's time says.
+    return _run(["make", "-o", ".venv/.installed", target], repo, check, **env)
+
+
+def test_the_quick_look_leaves_the_study_to_make_run(tmp_path: Path) -> None:
+    """``make smoke`` runs the smoke preset beside the study, which it leaves as committed: after
+    it, ``make run`` starts the default study (stopped here at its first training step), and
+    refuses, in one line, a params.yaml that is not conf/'s composition."""
+    repo = make_checkout(tmp_path / "clone", preset=None)
+    (repo / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    committed = {name: (repo / name).read_bytes() for name in ("params.yaml", "dvc.lock")}
+
+    quick = _make(repo, "smoke")
+    report = repo / "smoke" / "artifacts" / "report" / "index.html"
+    assert quick.stdout.splitlines()[-1] == f"The quick look's report: {report}"
+    assert report.stat().st_size > 10_000
+    smoke = compose_params(repo / "conf", [SMOKE])
+    assert (repo / "smoke" / "params.yaml").read_text() == smoke
+    assert {name: (repo / name).read_bytes() for name in committed} == committed
+    assert _run(["git", "status", "--porcelain"], repo).stdout == ""
+    assert not (repo / "artifacts").exists()
+    assert _stages_run(_make(repo, "smoke")) == []  # a second quick look finds it all done
+
+    run = _make(repo, "run", False, ELMOLAB_FAILPOINT="train_step:1")
+    assert run.returncode != 0 and _stages_run(run)[0] == "prepare"
+    assert "pretrain" in _stages_run(run)
+    # The default corpus (every source), not the quick look's slice (two of them).
+    stats = json.loads((repo / "artifacts" / "corpus" / "stats.json").read_text())
+    sources = yaml.safe_load(committed["params.yaml"])["corpus"]["sources"]
+    assert set(stats["sources"]) == {name for name, source in sources.items() if source}
+    assert (repo / "params.yaml").read_bytes() == committed["params.yaml"]
+
+    edited = committed["params.yaml"].decode().replace("seed: 1\n", "seed: 2\n", 1)
+    (repo / "params.yaml").write_text(edited)  # by hand
+    refused = _make(repo, "run", check=False)
+    said = [line for line in refused.stderr.splitlines() if not line.startswith("make")]
+    assert refused.returncode != 0 and _stages_run(refused) == []
+    assert len(said) == 1 and said[0].startswith("error: params.yaml: differs from"), said
+    assert " in seed: `make params` returns it" in said[0]
+    _make(repo, "params")
+    assert (repo / "params.yaml").read_bytes() == committed["params.yaml"]
