@@ -164,6 +164,12 @@ class DatasetConfig:
     columns: ColumnsConfig | None = None  # format columns only; None: the defaults
 
 
+# A task's splits by role: train fits the model, dev selects (the epoch, the best layer), test is
+# scored once with the state chosen on dev.
+SPLIT_ROLES = ("train", "dev", "test")
+EVAL_ROLES = SPLIT_ROLES[1:]  # the splits a trained model is scored on
+
+
 @dataclass
 class TaskConfig:
     """Schema of a task, ``grid.tasks.<name>`` (``conf/tasks/<name>.yaml``)."""
@@ -196,7 +202,8 @@ class TaskConfig:
     def split_refs(self) -> dict[str, tuple[str, str]]:
         """Role (train, dev, test) -> (dataset, split)."""
         refs = {}
-        for role, ref in (("train", self.train), ("dev", self.dev), ("test", self.test)):
+        for role in SPLIT_ROLES:
+            ref = getattr(self, role)
             dataset, slash, split = ref.partition("/")
             if not slash or not dataset or not split or "/" in split:
                 raise ElmolabError(f"task.{role}: expected '<dataset>/<split>', got {ref!r}")

@@ -55,7 +55,14 @@ from elmolab.probing.metrics import LabelVocabulary
 from elmolab.probing.tasks import DataCatalog, SplitSource, check_task, read_split_features
 from elmolab.probing.tasks import task_labels as read_task_labels
 from elmolab.report.stats import paired_t_test
-from elmolab.schema import BASELINE, FINETUNE_PREFIX, MIX_PREFIX, TaskConfig, TaskModelConfig
+from elmolab.schema import (
+    BASELINE,
+    FINETUNE_PREFIX,
+    MIX_PREFIX,
+    SPLIT_ROLES,
+    TaskConfig,
+    TaskModelConfig,
+)
 from elmolab.taskmodel.data import (
     LengthSortedBatches,
     PadBatch,
@@ -74,7 +81,6 @@ from elmolab.training.quiet import quiet_lightning
 log = logging.getLogger("elmolab.taskmodel")
 
 TABLE_FILE = "table.md"
-ROLES = ("train", "dev", "test")
 # Batches of similar length are cut from runs of this many batches' sentences (less padding).
 BUCKET_BATCHES = 50
 
@@ -318,7 +324,7 @@ def input_splits(config: TaskModelConfig, data: TaskData, name: str) -> dict[str
             sentence_lengths=tuple(len(s) for s in data.tags[role]),
             chars=None if chars is None else chars[role],
         )
-        for role in ROLES
+        for role in SPLIT_ROLES
     }
 
 
