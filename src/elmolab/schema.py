@@ -420,14 +420,11 @@ FINETUNE_PREFIX = "finetune_"
 
 @dataclass
 class TaskModelConfig:
-    """Schema of the ``taskmodel`` section (``conf/taskmodel/default.yaml`` gives every value)."""
+    """Schema of the ``taskmodel`` section (``conf/taskmodel/default.yaml`` gives every value). Its
+    task's splits, label field and metric are those of ``grid.tasks.<task>``."""
 
-    name: str  # the task's name in the results
-    train: str  # "<dataset>/<split>", the dataset a key of extract.datasets
-    dev: str  # selects the epoch
-    test: str  # scored once, with the best dev state
-    field: str  # the label field of the reader's sentence records
-    unseen: str  # a dev/test tag absent from train: raise or keep
+    task: str  # a key of grid.tasks: a token task scored by span F1
+    unseen: str | None  # a dev/test tag absent from train: raise or keep; None: the task's
     features_dir: str  # the extract stage's folder: <features_dir>/<encoder>/<dataset>/
     token_encoder: str  # whose layer 0 is every input's context-free vector
     mix_encoders: list[str]  # one ELMo input per encoder
@@ -462,6 +459,8 @@ class TaskModelConfig:
         """Reject settings that cannot run, naming the key."""
         if not self.seeds:
             raise ElmolabError("taskmodel.seeds: at least one seed")
+        if self.unseen not in (None, "raise", "keep"):
+            raise ElmolabError(f"taskmodel.unseen: 'raise', 'keep' or null, not {self.unseen!r}")
         for key in ("mix_encoders", "finetune_encoders"):
             names = getattr(self, key)
             if len(set(names)) != len(names):
