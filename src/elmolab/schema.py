@@ -194,6 +194,9 @@ class TaskConfig:
     # Sentence tasks: each label of the data -> the label the probe learns, null: the sentence is
     # left out (every label of the data must be a key); None: the data's labels as they are.
     label_map: dict[str, str | None] | None = None
+    # A control task (family control): the task of grid.tasks whose labels it draws at random
+    # per word type, the one its selectivity is measured against (the report pairs them).
+    control_of: str | None = None
 
     def datasets(self) -> list[str]:
         """The datasets the task's splits come from, each once, in role order."""
@@ -406,6 +409,20 @@ class GridConfig:
     features: list[str]  # conf/features/<name>.yaml: every one inside each cell
     seeds: list[int]  # every seed runs inside each cell under DVC
 
+    def check(self) -> None:
+        """Each control task controls another task of the grid, itself no control task."""
+        for name, task in self.tasks.items():
+            if task.control_of is None:
+                continue
+            key = f"grid.tasks.{name}.control_of"
+            if task.control_of not in self.tasks:
+                raise ElmolabError(
+                    f"{key}: {task.control_of!r} is not a task of grid.tasks"
+                    f" ({', '.join(self.tasks)})"
+                )
+            if self.tasks[task.control_of].control_of is not None:
+                raise ElmolabError(f"{key}: {task.control_of!r} is a control task itself")
+
 
 # --- taskmodel: the task model stage (conf/taskmodel/) ---
 
@@ -527,6 +544,15 @@ class EncoderRolesConfig:
 
 
 @dataclass
+class PaperLayersConfig:
+    """Schema of ``report.paper_layers.<task>``: a published result on the two biLSTM layers."""
+
+    measure: str  # what was measured: "POS, linear probe, accuracy"
+    layer1: float  # the score of the first layer, a fraction
+    layer2: float  # the score of the second layer
+
+
+@dataclass
 class ReportConfig:
     """Schema of the ``report`` config section (values and reasons in conf/report/)."""
 
@@ -536,6 +562,8 @@ class ReportConfig:
     embed_figures: bool
     figure_dpi: int
     encoders: EncoderRolesConfig
+    # A task of grid.tasks -> the ELMo paper's figures on it, beside the layer panel
+    paper_layers: dict[str, PaperLayersConfig]
 
 
 @dataclass
