@@ -15,7 +15,7 @@ from elmolab.config import apply_overrides, check_config, load_params, section
 from elmolab.errors import ElmolabError
 from elmolab.params import CompositionError, check_params, compose_params, differing_keys
 from elmolab.probing.tasks import check_task
-from elmolab.schema import SECTIONS, CorpusConfig, TaskConfig
+from elmolab.schema import SECTIONS, CorpusConfig, GridConfig, TaskConfig
 from tests.conftest import expect_error
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,6 +118,11 @@ BAD_LR = f"conf/config.yaml with probe.lr=abc: {BAD_LR_PROBLEM}"
         ("+probe.lrr=1", "probe.lrr: unknown key (elmolab/schema.py has no such setting)"),
         ("+extra=1", "extra: not a section of the configuration"),
         ("probe.lr=-1", "probe.lr must be positive, got -1.0"),  # the section's own check()
+        (
+            "grid.tasks.upos_control.control_of=upos_control",
+            "grid.tasks.upos_control.control_of: 'upos_control' is a control task itself",
+        ),
+        ("taskmodel.unseen=maybe", "taskmodel.unseen: 'raise', 'keep' or null, not 'maybe'"),
         ("probe=nope", "Could not find 'probe/nope'; Available options in 'probe': default"),
     ],
 )
@@ -250,6 +255,29 @@ def test_every_task_file_names_its_family(task: str) -> None:
     config = section(node, "task", TaskConfig)
     check_task(config)
     assert config.family == FAMILIES[task]
+
+
+@pytest.mark.parametrize(("task", "control_of"), [("upos_control", None), ("upos", "xpos")])
+def test_a_control_task_names_its_task_and_no_other_task_names_one(task, control_of) -> None:
+    path = CONF / "tasks" / f"{task}.yaml"
+    node = OmegaConf.load(path)
+    node.control_of = control_of
+    config = section(OmegaConf.create({"task": node}), "task", TaskConfig)
+    problem = (
+        f"task.control_of (conf/tasks/{task}.yaml): a control task (family control) names the"
+        " task it controls, and no other task names one"
+    )
+    with pytest.raises(ElmolabError, match=re.escape(problem)):
+        check_task(config)
+
+
+def test_an_unknown_control_of_names_the_key_and_the_grids_tasks() -> None:
+    cfg = OmegaConf.create(yaml.safe_load(compose_params(CONF)))
+    cfg.grid.tasks.upos_control.control_of = "nope"
+    grid = section(cfg, "grid", GridConfig)
+    problem = "grid.tasks.upos_control.control_of: 'nope' is not a task of grid.tasks (upos, xpos,"
+    with pytest.raises(ElmolabError, match=re.escape(problem)):
+        grid.check()
 
 
 def test_an_unknown_family_names_the_task_file_and_the_allowed_values() -> None:

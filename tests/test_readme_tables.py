@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -87,6 +88,14 @@ def _summary() -> dict:
     }
 
 
+def _write_run(workspace: Path) -> None:
+    """A finished run's report summary and the composed config it ran with (the default's)."""
+    report = workspace / "artifacts" / "report"
+    report.mkdir(parents=True)
+    (report / "summary.json").write_text(json.dumps(_summary()))
+    shutil.copy(ROOT / "params.yaml", workspace / "params.yaml")
+
+
 def _run(workspace: Path, *args: str) -> str:
     tool = ROOT / "tools" / "readme_tables.py"
     proc = subprocess.run(
@@ -96,9 +105,7 @@ def _run(workspace: Path, *args: str) -> str:
 
 
 def test_the_blocks_come_from_the_summary(tmp_path: Path) -> None:
-    report = tmp_path / "artifacts" / "report"
-    report.mkdir(parents=True)
-    (report / "summary.json").write_text(json.dumps(_summary()))
+    _write_run(tmp_path)
     out = _run(tmp_path)
     assert (
         "| upos (accuracy) | layer2 | 70.00 ± 1.00 | 90.00 ± 1.00 (better, p < 0.001) |"
@@ -114,9 +121,7 @@ def test_the_blocks_come_from_the_summary(tmp_path: Path) -> None:
 
 
 def test_stage_times_follow_the_outputs_last_writes(tmp_path: Path) -> None:
-    report = tmp_path / "artifacts" / "report"
-    report.mkdir(parents=True)
-    (report / "summary.json").write_text(json.dumps(_summary()))
+    _write_run(tmp_path)
     files = {
         "artifacts/corpus/vocab.txt": 60,
         "artifacts/bilm/weights.hdf5": 900,
@@ -147,9 +152,7 @@ def test_readme_table_is_the_results_table_of_readme(tmp_path: Path) -> None:
     """``--readme`` prints README's table as README holds it: the layer panel's tasks with their
     family, the trained biLM's best layer and mix, each baseline's best layer; README's own table
     has the same header, made by the same command."""
-    report = tmp_path / "artifacts" / "report"
-    report.mkdir(parents=True)
-    (report / "summary.json").write_text(json.dumps(_summary()))
+    _write_run(tmp_path)
     lines = _run(tmp_path, "--readme").splitlines()
     assert lines[2:] == [
         "| upos (accuracy) | syntactic | 70.00 (layer 2) | 90.00 | 71.00 | 72.00 |"

@@ -1,5 +1,6 @@
 """The results of a finished default run, as markdown: what docs/results.md quotes, taken from
-the run's report (``artifacts/report/summary.json``) and the biLM's curve.
+the run's report (``artifacts/report/summary.json``) and the biLM's curve, its encoders, their
+roles and the control tasks from its composed config (``params.yaml``).
 
     .venv/bin/python tools/readme_tables.py [WORKSPACE] [--start EPOCH --end EPOCH]
 
@@ -22,11 +23,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from elmolab.report.collect import CONTROL_SUFFIX
+from elmolab.config import load_params
+from elmolab.report.collect import Display
 from elmolab.report.format import p_equals, pct
 
-ENCODERS = ("trained", "random", "token_only")
-MODES = ("layer0", "layer1", "layer2", "mean", "scalar_mix", "concat")
 SHORT_METRICS = {"uas": "UAS", "uuas": "UUAS", "accuracy": "accuracy", "span_f1": "span F1"}
 SHORT_VERDICTS = {
     "mix better": "better",
@@ -42,69 +42,78 @@ def mean_std(cell: dict[str, Any]) -> str:
     return f"{pct(cell['mean'])} ± {pct(cell['std'])}"
 
 
-def main_table(summary: dict[str, Any]) -> list[str]:
-    lines = [
-        "| task | best single layer (trained, on dev) | its score | scalar mix |"
-        " random (best layer · mix) | token_only (best layer · mix) |",
-        "|---|---|---|---|---|---|",
-    ]
+def header(*columns: str) -> list[str]:
+    """A Markdown table's header and rule."""
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
+def main_table(summary: dict[str, Any], display: Display) -> list[str]:
+    main_encoder = display.main
+    baselines = [encoder for encoder in display.encoders if encoder != main_encoder]
+    lines = header(
+        "task",
+        f"best single layer ({main_encoder}, on dev)",
+        "its score",
+        "scalar mix",
+        *(f"{encoder} (best layer · mix)" for encoder in baselines),
+    )
     comparisons = {(c["task"], c["encoder"]): c for c in summary["comparisons"]}
     for task, cells in summary["probes"].items():
-        main = comparisons.get((task, "trained"))
-        if main is None or task.endswith(CONTROL_SUFFIX):  # as the report's main table
+        main = comparisons.get((task, main_encoder))
+        if main is None or display.is_control(task):  # as the report's main table
             continue
-        best = cells[main["best_layer"]]["trained"]
+        best = cells[main["best_layer"]][main_encoder]
         metric = best["metric"]
         label = "1-NN F1" if metric == "f1" else SHORT_METRICS.get(metric, metric)
-        mix = cells.get("scalar_mix", {}).get("trained")
+        mix = cells.get("scalar_mix", {}).get(main_encoder)
         if mix is None or not mix.get("applicable", True) or main.get("p_value") is None:
             mix_text = "–"
         else:
             verdict = SHORT_VERDICTS.get(main["verdict"], main["verdict"])
             test = "" if verdict == "n.s." else f", {p_equals(main['p_value'])}"
             mix_text = f"{mean_std(mix)} ({verdict}{test})"
-        baselines = []
-        for encoder in ENCODERS[1:]:
+        texts = []
+        for encoder in baselines:
             control = comparisons.get((task, encoder))
             if control is None:
-                baselines.append("–")
+                texts.append("–")
                 continue
             control_mix = cells.get("scalar_mix", {}).get(encoder)
             applicable = control_mix is not None and control_mix.get("applicable", True)
             mix_value = pct(control_mix["mean"]) if applicable else "–"
-            baselines.append(f"{pct(control['best_layer_mean'])} · {mix_value}")
+            texts.append(f"{pct(control['best_layer_mean'])} · {mix_value}")
         lines.append(
             f"| {task} ({label}) | {main['best_layer']} | {mean_std(best)} | {mix_text} | "
-            + " | ".join(baselines)
+            + " | ".join(texts)
             + " |"
         )
     return lines
 
 
-def readme_table(summary: dict[str, Any]) -> list[str]:
-    """README's "Results" table: per task of the layer panel (its family), the trained biLM's best
-    single layer (chosen on dev) and its scalar mix, and the best layer of each baseline encoder."""
-    lines = [
-        "| task | family | trained: best layer | scalar mix | random init | token layer |",
-        "|---|---|---|---|---|---|",
-    ]
+def readme_table(summary: dict[str, Any], display: Display) -> list[str]:
+    """README's "Results" table: per task of the layer panel (its family), the main encoder's
+    (the trained biLM's) best single layer (chosen on dev) and its scalar mix, and the best layer
+    of the encoders in the baseline roles (report.encoders: random, token_layer)."""
+    lines = header(
+        "task", "family", "trained: best layer", "scalar mix", "random init", "token layer"
+    )
     comparisons = {(c["task"], c["encoder"]): c for c in summary["comparisons"]}
     for row in summary["layer_panel"]["tasks"]:
         task = row["task"]
-        main = comparisons.get((task, "trained"))
+        main = comparisons.get((task, display.main))
         if main is None:
             continue
         cells = summary["probes"][task]
-        metric = cells[main["best_layer"]]["trained"]["metric"]
+        metric = cells[main["best_layer"]][display.main]["metric"]
         label = "1-NN F1" if metric == "f1" else SHORT_METRICS.get(metric, metric)
         layer = main["best_layer"].replace("layer", "layer ")
-        mix = cells.get("scalar_mix", {}).get("trained")
+        mix = cells.get("scalar_mix", {}).get(display.main)
         applicable = mix is not None and mix.get("applicable", True)
         baselines = [
             pct(comparisons[(task, encoder)]["best_layer_mean"])
             if (task, encoder) in comparisons
             else "–"
-            for encoder in ENCODERS[1:]
+            for encoder in (display.random, display.token_layer)
         ]
         lines.append(
             f"| {task} ({label}) | {row['family']} | {pct(main['best_layer_mean'])} ({layer}) | "
@@ -143,16 +152,16 @@ def pretraining(summary: dict[str, Any], workspace: Path) -> list[str]:
     return lines
 
 
-def online_code_table(summary: dict[str, Any]) -> list[str]:
+def online_code_table(summary: dict[str, Any], display: Display) -> list[str]:
     cells = {
         (c["task"], c["features"], c["encoder"]): c["compression"]
         for c in summary["online_code"]["cells"]
     }
     tasks = list(dict.fromkeys(task for task, _, _ in cells))
-    lines = ["| task | features | trained | random | token_only |", "|---|---|---|---|---|"]
+    lines = header("task", "features", *display.encoders)
     for task in tasks:
-        for mode in MODES:
-            values = [cells.get((task, mode, encoder)) for encoder in ENCODERS]
+        for mode in display.features:
+            values = [cells.get((task, mode, encoder)) for encoder in display.encoders]
             if all(v is None for v in values):
                 continue
             texts = ["–" if v is None else f"{v['mean']:.2f} ± {v['std']:.2f}" for v in values]
@@ -160,16 +169,12 @@ def online_code_table(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def conditional_table(summary: dict[str, Any]) -> list[str]:
+def conditional_table(summary: dict[str, Any], display: Display) -> list[str]:
     gains = {
         (g["task"], g["mode"], g["encoder"]): g for g in summary["conditional_probing"]["gains"]
     }
     tasks = list(dict.fromkeys(task for task, _, _ in gains))
-    lines = [
-        "| task | probe reads | trained: bits / points | random: bits / points |"
-        " token_only: bits / points |",
-        "|---|---|---|---|---|",
-    ]
+    lines = header("task", "probe reads", *(f"{e}: bits / points" for e in display.encoders))
 
     def cell(gain: dict[str, Any] | None) -> str:
         if gain is None:
@@ -184,7 +189,7 @@ def conditional_table(summary: dict[str, Any]) -> list[str]:
 
     for task in tasks:
         for mode, label in CONDITIONED:
-            row = [cell(gains.get((task, mode, encoder))) for encoder in ENCODERS]
+            row = [cell(gains.get((task, mode, encoder))) for encoder in display.encoders]
             lines.append(f"| {task} | layer0 + {label} | " + " | ".join(row) + " |")
     return lines
 
@@ -206,14 +211,15 @@ def information_time(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def tree_mixes(summary: dict[str, Any], workspace: Path) -> list[str]:
+def tree_mixes(summary: dict[str, Any], workspace: Path, display: Display) -> list[str]:
+    main = display.main
     lines = []
     for task, cells in summary["probes"].items():
-        if cells.get("layer2", {}).get("trained", {}).get("metric") not in ("uas", "uuas"):
+        if cells.get("layer2", {}).get(main, {}).get("metric") not in ("uas", "uuas"):
             continue
         runs = {}
         for mode in ("scalar_mix", "layer2"):
-            folder = workspace / "artifacts" / "probes" / task / mode / "trained"
+            folder = workspace / "artifacts" / "probes" / task / mode / str(main)
             runs[mode] = sorted(
                 (json.loads(p.read_text()) for p in folder.glob("seed*/metrics.json")),
                 key=lambda run: run["seed"],
@@ -225,7 +231,7 @@ def tree_mixes(summary: dict[str, Any], workspace: Path) -> list[str]:
         lines.append(
             f"{task}: mix weights {[round(w, 2) for w in weights]} (mean over seeds), gamma"
             f" {sorted(round(r['gamma'], 2) for r in mixes)}, the mean of the layers"
-            f" {pct(cells['mean']['trained']['mean'])}; best epochs: mix"
+            f" {pct(cells['mean'][main]['mean'])}; best epochs: mix"
             f" {[r['best_epoch'] for r in mixes]},"
             f" layer 2 {[r['best_epoch'] for r in runs['layer2']]}"
         )
@@ -274,17 +280,18 @@ def main() -> None:
     parser.add_argument("--readme", action="store_true", help="README's results table alone")
     args = parser.parse_args()
     summary = json.loads((args.workspace / "artifacts/report/summary.json").read_text())
+    display = Display.of(load_params(args.workspace / "params.yaml"))
     if args.readme:
-        print("\n".join(readme_table(summary)))
+        print("\n".join(readme_table(summary, display)))
         return
     blocks = [
-        readme_table(summary),
-        main_table(summary),
+        readme_table(summary, display),
+        main_table(summary, display),
         pretraining(summary, args.workspace),
-        online_code_table(summary),
-        conditional_table(summary),
+        online_code_table(summary, display),
+        conditional_table(summary, display),
         information_time(summary),
-        tree_mixes(summary, args.workspace),
+        tree_mixes(summary, args.workspace, display),
     ]
     if args.start is not None and args.end is not None:
         blocks.append(stage_times(args.workspace, args.start, args.end))

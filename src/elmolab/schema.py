@@ -164,6 +164,12 @@ class DatasetConfig:
     columns: ColumnsConfig | None = None  # format columns only; None: the defaults
 
 
+# A task's splits by role: train fits the model, dev selects (the epoch, the best layer), test is
+# scored once with the state chosen on dev.
+SPLIT_ROLES = ("train", "dev", "test")
+EVAL_ROLES = SPLIT_ROLES[1:]  # the splits a trained model is scored on
+
+
 @dataclass
 class TaskConfig:
     """Schema of a task, ``grid.tasks.<name>`` (``conf/tasks/<name>.yaml``)."""
@@ -188,6 +194,9 @@ class TaskConfig:
     # Sentence tasks: each label of the data -> the label the probe learns, null: the sentence is
     # left out (every label of the data must be a key); None: the data's labels as they are.
     label_map: dict[str, str | None] | None = None
+    # A control task (family control): the task of grid.tasks whose labels it draws at random
+    # per word type, the one its selectivity is measured against (the report pairs them).
+    control_of: str | None = None
 
     def datasets(self) -> list[str]:
         """The datasets the task's splits come from, each once, in role order."""
@@ -196,7 +205,8 @@ class TaskConfig:
     def split_refs(self) -> dict[str, tuple[str, str]]:
         """Role (train, dev, test) -> (dataset, split)."""
         refs = {}
-        for role, ref in (("train", self.train), ("dev", self.dev), ("test", self.test)):
+        for role in SPLIT_ROLES:
+            ref = getattr(self, role)
             dataset, slash, split = ref.partition("/")
             if not slash or not dataset or not split or "/" in split:
                 raise ElmolabError(f"task.{role}: expected '<dataset>/<split>', got {ref!r}")
@@ -399,6 +409,20 @@ class GridConfig:
     features: list[str]  # conf/features/<name>.yaml: every one inside each cell
     seeds: list[int]  # every seed runs inside each cell under DVC
 
+    def check(self) -> None:
+        """Each control task controls another task of the grid, itself no control task."""
+        for name, task in self.tasks.items():
+            if task.control_of is None:
+                continue
+            key = f"grid.tasks.{name}.control_of"
+            if task.control_of not in self.tasks:
+                raise ElmolabError(
+                    f"{key}: {task.control_of!r} is not a task of grid.tasks"
+                    f" ({', '.join(self.tasks)})"
+                )
+            if self.tasks[task.control_of].control_of is not None:
+                raise ElmolabError(f"{key}: {task.control_of!r} is a control task itself")
+
 
 # --- taskmodel: the task model stage (conf/taskmodel/) ---
 
@@ -413,14 +437,11 @@ FINETUNE_PREFIX = "finetune_"
 
 @dataclass
 class TaskModelConfig:
-    """Schema of the ``taskmodel`` section (``conf/taskmodel/default.yaml`` gives every value)."""
+    """Schema of the ``taskmodel`` section (``conf/taskmodel/default.yaml`` gives every value). Its
+    task's splits, label field and metric are those of ``grid.tasks.<task>``."""
 
-    name: str  # the task's name in the results
-    train: str  # "<dataset>/<split>", the dataset a key of extract.datasets
-    dev: str  # selects the epoch
-    test: str  # scored once, with the best dev state
-    field: str  # the label field of the reader's sentence records
-    unseen: str  # a dev/test tag absent from train: raise or keep
+    task: str  # a key of grid.tasks: a token task scored by span F1
+    unseen: str | None  # a dev/test tag absent from train: raise or keep; None: the task's
     features_dir: str  # the extract stage's folder: <features_dir>/<encoder>/<dataset>/
     token_encoder: str  # whose layer 0 is every input's context-free vector
     mix_encoders: list[str]  # one ELMo input per encoder
@@ -455,6 +476,8 @@ class TaskModelConfig:
         """Reject settings that cannot run, naming the key."""
         if not self.seeds:
             raise ElmolabError("taskmodel.seeds: at least one seed")
+        if self.unseen not in (None, "raise", "keep"):
+            raise ElmolabError(f"taskmodel.unseen: 'raise', 'keep' or null, not {self.unseen!r}")
         for key in ("mix_encoders", "finetune_encoders"):
             names = getattr(self, key)
             if len(set(names)) != len(names):
@@ -521,6 +544,15 @@ class EncoderRolesConfig:
 
 
 @dataclass
+class PaperLayersConfig:
+    """Schema of ``report.paper_layers.<task>``: a published result on the two biLSTM layers."""
+
+    measure: str  # what was measured: "POS, linear probe, accuracy"
+    layer1: float  # the score of the first layer, a fraction
+    layer2: float  # the score of the second layer
+
+
+@dataclass
 class ReportConfig:
     """Schema of the ``report`` config section (values and reasons in conf/report/)."""
 
@@ -530,6 +562,8 @@ class ReportConfig:
     embed_figures: bool
     figure_dpi: int
     encoders: EncoderRolesConfig
+    # A task of grid.tasks -> the ELMo paper's figures on it, beside the layer panel
+    paper_layers: dict[str, PaperLayersConfig]
 
 
 @dataclass

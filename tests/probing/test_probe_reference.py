@@ -27,8 +27,8 @@ from elmolab.probing.probes import (
 )
 from elmolab.probing.settings import Schedule
 from elmolab.probing.trees import GoldTrees, tree_distances
+from elmolab.schema import SPLIT_ROLES
 
-ROLES = ("train", "dev", "test")
 MODES = ["layer0", "layer1", "mean", "scalar_mix", "concat"]
 
 
@@ -39,7 +39,7 @@ def _token_case(kind: str):
         pair = kind == "pair"
         splits = [token_split(n, seed, pair=pair)[0] for n, seed in ((40, 0), (10, 1), (10, 2))]
     vocabulary = LabelVocabulary([*LABELS, "root"] if kind == "pair" else LABELS)
-    return dict(zip(ROLES, splits, strict=True)), vocabulary
+    return dict(zip(SPLIT_ROLES, splits, strict=True)), vocabulary
 
 
 def _heads(kind: str) -> list[Head]:
@@ -115,7 +115,7 @@ def test_tree_probes_train_as_the_engine_trains_them(kind: str) -> None:
     """The arc probe (bilinear, learned root) and the structural probe (selected on its dev loss,
     scored by UUAS at the end): the reference fit of each head alone is the engine's."""
     trees = [tree_split(n, seed) for n, seed in ((60, 0), (20, 1), (20, 2))]
-    splits = dict(zip(ROLES, trees, strict=True))
+    splits = dict(zip(SPLIT_ROLES, trees, strict=True))
     settings = dataclasses.replace(
         TREE_FAST,
         l2_lambda=0.01,

@@ -2,6 +2,7 @@
 computations, every output file, missing inputs, bad inputs and atomicity."""
 
 import base64
+import dataclasses
 import hashlib
 import html
 import importlib.util
@@ -214,13 +215,25 @@ def test_accuracy_tasks_use_the_bootstrap_and_span_f1_tasks_the_t_test(runs):
 
 def test_selectivity_is_task_minus_control_accuracy_per_seed(runs):
     cells = group_cells(runs)
-    by_key = {(s.task, s.features, s.encoder): s for s in selectivities(cells)}
+    by_key = {(s.task, s.features, s.encoder): s for s in selectivities(cells, DISPLAY.controls)}
     assert set(by_key) == {("upos", f, e) for f in FEATURES for e in ("trained", "random")}
     task = cells["upos", "layer1", "trained"].test
     control = cells["upos_control", "layer1", "trained"].test
     s = by_key["upos", "layer1", "trained"]
     assert s.values == pytest.approx(tuple(task - control))
     assert s.std == pytest.approx(np.std(task - control, ddof=1))
+
+
+def test_a_control_task_is_known_by_its_control_of_not_by_its_name(runs):
+    renamed = [
+        dataclasses.replace(run, task="scrambled") if run.task == "upos_control" else run
+        for run in runs
+    ]
+    found = selectivities(group_cells(renamed), {"scrambled": "upos"})
+    assert {(s.task, s.features, s.encoder) for s in found} == {
+        ("upos", f, e) for f in FEATURES for e in ("trained", "random")
+    }
+    assert selectivities(group_cells(runs), {}) == []  # a name ending in _control is no control
 
 
 # --- the report ------------------------------------------------------------------------------

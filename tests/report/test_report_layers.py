@@ -203,7 +203,7 @@ def test_layer_gaps_pair_the_seeds_both_layers_have():
     cells = group_cells(
         run(m, seed, x) for m, by_seed in scores.items() for seed, x in by_seed.items()
     )
-    (gap,) = layer_gaps(cells, "layer1", "layer2", 100, 1)
+    (gap,) = layer_gaps(cells, "layer1", "layer2", 100, 1, controls={})
     assert gap.values == pytest.approx((0.08, 0.04))  # seeds 2 and 3 only
     assert gap.difference == pytest.approx(0.06) and gap.std == pytest.approx(
         np.std([0.08, 0.04], ddof=1)
@@ -230,6 +230,16 @@ def test_a_task_without_a_family_is_an_error_and_nothing_is_written(tmp_path):
             EXPECTED,
         )
     assert not (tmp_path / "artifacts" / "report").exists()
+
+
+def test_the_papers_figures_on_a_task_outside_the_grid_name_the_key(tmp_path):
+    cfg = report_config(tmp_path)
+    cfg.report.paper_layers.nope = {"measure": "POS", "layer1": 0.9, "layer2": 0.8}
+    config = section(cfg, "report", ReportConfig)
+    with pytest.raises(
+        ElmolabError, match=r"report\.paper_layers\.nope: not a task of grid\.tasks \(upos, xpos,"
+    ):
+        gather(config, "t", OmegaConf.to_yaml(cfg), 1, tmp_path, FAMILIES, DISPLAY, EXPECTED)
 
 
 def test_the_first_sense_and_majority_baselines_stand_beside_the_scores(report, tmp_path):

@@ -18,7 +18,7 @@ from elmolab.config import section
 from elmolab.errors import ElmolabError
 from elmolab.probing.metrics import LabelVocabulary
 from elmolab.probing.tasks import data_catalog
-from elmolab.schema import ExtractConfig, TaskModelConfig
+from elmolab.schema import SPLIT_ROLES, ExtractConfig, GridConfig, TaskConfig, TaskModelConfig
 from elmolab.taskmodel.data import PadBatch, TaggingSplit, WordVocabulary
 from elmolab.taskmodel.stage import (
     TaskData,
@@ -27,12 +27,17 @@ from elmolab.taskmodel.stage import (
     input_splits,
     load_task_data,
     run_taskmodel,
+    tagging_task,
     train_one,
 )
 from tests.conftest import expect_error
 from tests.fixtures.workspace import make_workspace
 
 TAGS = ["B-X", "I-X", "O"]
+TOY = TaskConfig(
+    name="toy", kind="token", train="toy/train", dev="toy/dev", test="toy/test", field="tags",
+    metric="span_f1", unseen="raise", control_seed=None, wordnet=None, family="semantic",
+)  # fmt: skip
 
 
 def _synthetic(sentences: int, seed: int, signal_in_layers: bool) -> TaggingSplit:
@@ -66,11 +71,10 @@ def _synthetic(sentences: int, seed: int, signal_in_layers: bool) -> TaggingSpli
 
 def _config(**changes) -> TaskModelConfig:
     values = dict(
-        name="toy", train="toy/train", dev="toy/dev", test="toy/test", field="tags",
-        unseen="raise", features_dir="", token_encoder="trained", mix_encoders=[], seeds=[1],
-        max_epochs=10, patience=10, batch_size=16, eval_batch_size=64, lr=0.01, mix_lr=0.05,
-        l2_lambda=0.0, word_dim=0, min_word_count=1, hidden_dim=16, lstm_layers=1, dropout=0.0,
-        gradient_clip=5.0, standardize=False, num_threads=1, finetune_encoders=[],
+        task="toy", unseen=None, features_dir="", token_encoder="trained", mix_encoders=[],
+        seeds=[1], max_epochs=10, patience=10, batch_size=16, eval_batch_size=64, lr=0.01,
+        mix_lr=0.05, l2_lambda=0.0, word_dim=0, min_word_count=1, hidden_dim=16, lstm_layers=1,
+        dropout=0.0, gradient_clip=5.0, standardize=False, num_threads=1, finetune_encoders=[],
         finetune_lr=3e-4,
     )  # fmt: skip
     values.update(changes)
@@ -78,7 +82,7 @@ def _config(**changes) -> TaskModelConfig:
 
 
 def test_the_tagger_learns_a_tagging_task_through_the_elmo_mix() -> None:
-    data = TaskData({}, LabelVocabulary(TAGS), {}, WordVocabulary([], 1), {}, {})
+    data = TaskData(TOY, {}, LabelVocabulary(TAGS), {}, WordVocabulary([], 1), {}, {})
     config = _config()
     sizes = {"train": (300, 1), "dev": (60, 2), "test": (60, 3)}
     with_mix = {role: _synthetic(n, seed, True) for role, (n, seed) in sizes.items()}
@@ -101,10 +105,8 @@ def test_the_tagger_learns_a_tagging_task_through_the_elmo_mix() -> None:
 def test_a_run_drops_lightnings_litlogger_tip_and_keeps_its_other_lines(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    data = TaskData({}, LabelVocabulary(TAGS), {}, WordVocabulary([], 1), {}, {})
-    splits = {
-        role: _synthetic(40, seed, False) for seed, role in enumerate(("train", "dev", "test"))
-    }
+    data = TaskData(TOY, {}, LabelVocabulary(TAGS), {}, WordVocabulary([], 1), {}, {})
+    splits = {role: _synthetic(40, seed, False) for seed, role in enumerate(SPLIT_ROLES)}
     lightning = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     lightning.addHandler(caplog.handler)  # Lightning's loggers may not propagate to the root
     try:
@@ -142,11 +144,31 @@ def workspace(data_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     return root, make_workspace(data_dir, root, *overrides)
 
 
+def _task(cfg, config: TaskModelConfig) -> TaskConfig:
+    """The task model's task in the composed config ``cfg``."""
+    return tagging_task(config, section(cfg, "grid", GridConfig).tasks)
+
+
+def test_the_task_is_a_span_f1_token_task_of_the_grid_with_the_task_models_unseen(workspace):
+    _, cfg = workspace
+    tasks = section(cfg, "grid", GridConfig).tasks
+    config = section(cfg, "taskmodel", TaskModelConfig)
+    task = tagging_task(config, tasks)
+    assert task == dataclasses.replace(tasks["ner"], unseen="keep")  # taskmodel.unseen=keep
+    assert tagging_task(dataclasses.replace(config, unseen=None), tasks) == tasks["ner"]
+    with pytest.raises(ElmolabError, match=r"taskmodel\.task: 'nope' is not a task of grid\.tasks"):
+        tagging_task(dataclasses.replace(config, task="nope"), tasks)
+    with pytest.raises(ElmolabError, match="'upos' is a token task scored by accuracy"):
+        tagging_task(dataclasses.replace(config, task="upos"), tasks)
+
+
 def test_the_stage_writes_every_run_and_the_summary(workspace) -> None:
     root, cfg = workspace
     config = section(cfg, "taskmodel", TaskModelConfig)
     out = root / "artifacts" / "taskmodel"
-    run_taskmodel(config, data_catalog(section(cfg, "extract", ExtractConfig)), out)
+    run_taskmodel(
+        config, _task(cfg, config), data_catalog(section(cfg, "extract", ExtractConfig)), out
+    )
     summary = json.loads((out / "metrics.json").read_text())
     inputs = ["baseline", "elmo_trained", "elmo_random", "elmo_token_only"]
     assert list(summary["inputs"]) == inputs and list(summary["vs_baseline"]) == inputs[1:]
@@ -156,6 +178,7 @@ def test_the_stage_writes_every_run_and_the_summary(workspace) -> None:
         for seed in (1, 2):
             run = json.loads((out / name / f"seed{seed}" / "metrics.json").read_text())
             assert (run["input"], run["seed"], run["epochs"]) == (name, seed, 2)
+            assert (run["task"], run["metric"]) == ("ner_conll2003", "span_f1")
             assert (run["mix_weights"] is None) == (name == "baseline")
             lines = (out / name / f"seed{seed}" / "test_predictions.txt").read_text().splitlines()
             assert 0 < len(lines) <= test_sentences
@@ -188,7 +211,7 @@ def test_features_that_do_not_match_the_labels_name_the_file(workspace, tmp_path
     catalog = data_catalog(section(cfg, "extract", ExtractConfig))
     n = line.shape[1]
     expect_error(
-        lambda: run_taskmodel(config, catalog, tmp_path / "out"),
+        lambda: run_taskmodel(config, _task(cfg, config), catalog, tmp_path / "out"),
         bad,
         None,
         f"line index 0: {n - 1} token vectors, expected {n}",
@@ -210,7 +233,7 @@ def test_a_fine_tuned_bilm_starts_at_the_frozen_features_and_trains(workspace) -
         max_epochs=1,
     )
     assert config.inputs == ["baseline", "elmo_trained", "finetune_trained"]
-    data = load_task_data(config, data_catalog(extract))
+    data = load_task_data(config, _task(cfg, config), data_catalog(extract))
     tuned = input_splits(config, data, "finetune_trained")
     frozen = input_splits(config, data, "elmo_trained")
     encoder = fine_tuned_encoder(config, data, "finetune_trained", extract.encoders)()
@@ -231,7 +254,7 @@ def test_a_fine_tuned_bilm_starts_at_the_frozen_features_and_trains(workspace) -
     assert result["mix_weights"] is not None and result["epochs"] == 1
 
     out = root / "artifacts" / "taskmodel_finetune"
-    summary = run_taskmodel(config, data_catalog(extract), out, extract.encoders)
+    summary = run_taskmodel(config, data.task, data_catalog(extract), out, extract.encoders)
     assert list(summary["vs_baseline"]) == ["elmo_trained", "finetune_trained"]
     versus = summary["vs_frozen"]["finetune_trained"]
     tuned_f1, frozen_f1 = (summary["inputs"][name]["test_f1"] for name in config.inputs[2:0:-1])
@@ -245,6 +268,6 @@ def test_fine_tuning_an_encoder_that_is_not_there_names_the_key(workspace) -> No
     config = dataclasses.replace(
         section(cfg, "taskmodel", TaskModelConfig), finetune_encoders=["elsewhere"]
     )
-    data = load_task_data(config, data_catalog(extract))
+    data = load_task_data(config, _task(cfg, config), data_catalog(extract))
     with pytest.raises(ElmolabError, match=r"taskmodel\.finetune_encoders: .elsewhere. is not one"):
         fine_tuned_encoder(config, data, "finetune_elsewhere", extract.encoders)

@@ -76,9 +76,8 @@ from elmolab.probing.probes import (
 )
 from elmolab.probing.settings import TOKEN_KINDS, Schedule, probe_dtype
 from elmolab.probing.trees import GoldTrees, SentenceBatch, plan_batches, tree_distances
-from elmolab.schema import ProbeSettings
+from elmolab.schema import EVAL_ROLES, ProbeSettings
 
-EVAL_ROLES = ("dev", "test")
 PAIR_TABLE_TOKENS = 8192  # tokens per piece when a split's pair table is made
 LEARNED = -1  # a block of a pair head's input mixed by the head's learned mix
 ADAM_BETAS = (0.9, 0.999)

@@ -67,7 +67,6 @@ from elmolab.probing.datasets import (
     standardize_layers,
 )
 from elmolab.probing.engine import (
-    EVAL_ROLES,
     ProbeResult,
     StructuralGold,
     online_code_block,
@@ -111,14 +110,20 @@ from elmolab.probing.wsd import (
     score_senses,
     wsd_vectors,
 )
-from elmolab.schema import FeaturesConfig, ProbeSettings, TaskConfig, TaskKind
+from elmolab.schema import (
+    EVAL_ROLES,
+    SPLIT_ROLES,
+    FeaturesConfig,
+    ProbeSettings,
+    TaskConfig,
+    TaskKind,
+)
 from elmolab.text.wsd import read_wordnet_sense_index
 from elmolab.tracking import TrackedRun, metric_key
 
 log = logging.getLogger("elmolab.probe")
 
 WSD_METRIC = "f1"
-ROLES = ("train", "dev", "test")
 
 # Starts the tracking run of one probe run: its identifying fields -> a TrackedRun context.
 RunStarter = Callable[[dict[str, Any]], AbstractContextManager[TrackedRun]]
@@ -292,7 +297,7 @@ def load_splits(
     for encoder in settings.encoders:
         encoder_dir = Path(settings.features_dir) / encoder
         splits[encoder] = {}
-        for role in ROLES:
+        for role in SPLIT_ROLES:
             source = sources[role]
             path = feature_path(encoder_dir, source.dataset, source.split)
             features = read_split_features(encoder_dir, source)
@@ -349,7 +354,7 @@ def _fit(
         bits=(task.mdl or task.conditional) and job.fraction == 1.0,
         gold=gold,
     )
-    counts = {f"n_{role}_tokens": int(fit_splits[role].features.shape[1]) for role in ROLES}
+    counts = {f"n_{role}_tokens": int(fit_splits[role].features.shape[1]) for role in SPLIT_ROLES}
     counts["n_train_sentences"] = len(train.sentence_lengths)
     if labels is not None:
         counts.update(labels.counts)
@@ -454,7 +459,7 @@ def _wsd_cell(
         encoder_dir = Path(settings.features_dir) / encoder
         layers = {
             role: _instance_layers(read_split_features(encoder_dir, sources[role]))
-            for role in ROLES
+            for role in SPLIT_ROLES
         }
         for mode in frozen:
             fields = {"task": task.name, "features": mode, "encoder": encoder, "seed": None}

@@ -122,7 +122,12 @@ TREE_FIELD, PUNCT_FIELD, PUNCT_TAG = "heads", "upos", "PUNCT"
 def check_task(task: TaskConfig) -> None:
     """Reject a task's inconsistent settings, naming the key."""
     kind = _parse(TaskKind, task.kind, "task.kind")
-    _parse(TaskFamily, task.family, f"task.family (conf/tasks/{task.name}.yaml)")
+    family = _parse(TaskFamily, task.family, f"task.family (conf/tasks/{task.name}.yaml)")
+    if (family is TaskFamily.CONTROL) != (task.control_of is not None):
+        raise ElmolabError(
+            f"task.control_of (conf/tasks/{task.name}.yaml): a control task (family control)"
+            " names the task it controls, and no other task names one"
+        )
     for key in ("mdl", "conditional"):
         if getattr(task, key) and kind is not TaskKind.TOKEN:
             raise ElmolabError(f"task.{key}: measured for token tasks, not {kind.value}")

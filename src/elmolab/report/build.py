@@ -23,7 +23,6 @@ from elmolab.fsutil import atomic_dir, write_json
 from elmolab.io.polysemy import TABLE_FILE, PolysemyTable, read_table
 from elmolab.report import figures, writers
 from elmolab.report.collect import (
-    CONTROL_SUFFIX,
     LAYER_PANEL,
     SCALAR_MIX,
     Display,
@@ -38,7 +37,7 @@ from elmolab.report.information import (
 )
 from elmolab.report.sections import Sections, summary_json
 from elmolab.report.sections.headline import metrics_json
-from elmolab.report.sections.layers import PAPER_LAYERS, mix_summary, panel_tasks
+from elmolab.report.sections.layers import mix_summary, panel_tasks
 from elmolab.report.stats import (
     Cell,
     compare_encoders,
@@ -89,8 +88,15 @@ def gather(
     ``families`` gives each task's family (``grid.tasks.<task>.family``: syntactic, semantic);
     a task with results but no family is an error (the layer panel groups tasks by it).
     ``display`` orders and names what is shown, and says which encoder is compared with which;
-    ``expected`` says which absent results are missing.
+    ``expected`` says which absent results are missing. ``report.paper_layers`` names tasks of
+    ``display`` only.
     """
+    unknown = [task for task in config.paper_layers if task not in display.tasks]
+    if unknown:
+        raise ElmolabError(
+            f"report.paper_layers.{unknown[0]}: not a task of grid.tasks"
+            f" ({', '.join(display.tasks)})"
+        )
     inputs = collect(
         Path(config.inputs.bilm),
         Path(config.inputs.bilm_random),
@@ -100,6 +106,7 @@ def gather(
         expected=expected,
     )
     samples = config.significance.bootstrap_samples
+    controls = display.controls
     cells = group_cells(inputs.probes, display)
     curve_cells = learning_curve_cells(inputs.curves, cells, display)
     comparisons = compare_mix_to_best_layer(cells, samples, seed)
@@ -111,16 +118,21 @@ def gather(
         inputs=inputs,
         cells=cells,
         comparisons=comparisons,
-        selectivity=selectivities(cells),
+        selectivity=selectivities(cells, controls),
         token_comparisons=compare_encoders(
-            cells.values(), display.main, display.token_layer, samples, seed
+            cells.values(), display.main, display.token_layer, samples, seed, controls=controls
         ),
         random_comparisons=compare_encoders(
-            cells.values(), display.main, display.random, samples, seed
+            cells.values(), display.main, display.random, samples, seed, controls=controls
         ),
         curve_cells=curve_cells,
         curve_comparisons=compare_encoders(
-            curve_cells.values(), display.main, display.token_layer, samples, seed
+            curve_cells.values(),
+            display.main,
+            display.token_layer,
+            samples,
+            seed,
+            controls=controls,
         ),
         polysemy=polysemy.words,
         polysemy_layers=polysemy.contextual_layers,
@@ -130,9 +142,10 @@ def gather(
         online_codes=online_code_cells(inputs.online_codes, display),
         conditional_cells=conditional_cells,
         gains=conditional_gains(cells, conditional_cells, samples, seed, display),
-        families=task_families(cells, families),
-        layer_gaps=layer_gaps(cells, lower, upper, samples, seed),
+        families=task_families(cells, families, controls),
+        layer_gaps=layer_gaps(cells, lower, upper, samples, seed, controls=controls),
         taskmodel=read_taskmodel(Path(config.inputs.taskmodel), inputs.missing),
+        paper_layers=config.paper_layers,
         display=display,
         quick_look=config.quick_look,
         no_verdicts=no_verdicts_reason(inputs.trained),
@@ -140,11 +153,13 @@ def gather(
 
 
 def task_families(
-    cells: Mapping[tuple[str, str, str], Cell], families: Mapping[str, str | None]
+    cells: Mapping[tuple[str, str, str], Cell],
+    families: Mapping[str, str | None],
+    controls: Mapping[str, str],
 ) -> dict[str, str]:
-    """The family of every task with results (control tasks excluded), or an error naming the
-    first task without one."""
-    tasks = dict.fromkeys(t for t, _, _ in cells if not t.endswith(CONTROL_SUFFIX))
+    """The family of every task with results (the control tasks, the keys of ``controls``,
+    excluded), or an error naming the first task without one."""
+    tasks = dict.fromkeys(t for t, _, _ in cells if t not in controls)
     for task in tasks:
         if not families.get(task):
             raise ElmolabError(
@@ -240,7 +255,11 @@ def _layer_panel(data: ReportData) -> Figure:
     panel = panel_tasks(data)
     shown = {task for _, task in panel}
     gravity = {task: mix.gravity for task in shown if (mix := mix_summary(data, task)) is not None}
-    paper = {task: two - one for task, (_, one, two) in PAPER_LAYERS.items() if task in shown}
+    paper = {
+        task: paper.layer2 - paper.layer1
+        for task, paper in data.paper_layers.items()
+        if task in shown
+    }
     return figures.layer_panel(
         panel,
         data.layer_gaps,

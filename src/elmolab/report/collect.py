@@ -60,12 +60,15 @@ FEATURE_ORDER = tuple(mode.value for mode in FeatureMode)
 
 @dataclass(frozen=True)
 class Display:
-    """How the report orders and names tasks, feature modes and encoders, from ``conf/``: the
-    tasks in ``grid.tasks``'s order, the encoders in ``probe.encoders``'s, the feature modes in
-    the code's; names not listed follow, sorted. ``main`` is the pretrained biLM, every other
-    encoder a baseline to it: ``random`` its random initialisation (what pretraining added at
-    all), ``token_layer`` its token layer under random LSTMs (what pretraining the LSTMs added).
-    The default orders everything by name and gives no encoder a role."""
+    """How the report orders and names tasks, feature modes and encoders, and what it knows of
+    each task, from ``conf/``: the tasks in ``grid.tasks``'s order, the encoders in
+    ``probe.encoders``'s, the feature modes in the code's; names not listed follow, sorted.
+    ``main`` is the pretrained biLM, every other encoder a baseline to it: ``random`` its random
+    initialisation (what pretraining added at all), ``token_layer`` its token layer under random
+    LSTMs (what pretraining the LSTMs added). ``kinds`` gives each task's kind (a TaskKind),
+    ``controls`` each control task's task (``grid.tasks.<task>.control_of``); a task outside
+    ``grid.tasks`` has neither. The default orders everything by name, gives no encoder a role
+    and knows no task."""
 
     tasks: tuple[str, ...] = ()
     encoders: tuple[str, ...] = ()
@@ -73,15 +76,40 @@ class Display:
     random: str | None = None
     token_layer: str | None = None
     features: tuple[str, ...] = FEATURE_ORDER
+    kinds: Mapping[str, str] = field(default_factory=dict)
+    controls: Mapping[str, str] = field(default_factory=dict)  # control task -> its task
 
     @classmethod
     def of(cls, cfg: DictConfig, where: str | None = None) -> Display:
-        """The display of the study ``cfg`` (a composed config): ``grid.tasks``'s order,
-        ``probe.encoders``'s, the roles of ``report.encoders`` (errors name ``where``)."""
+        """The display of the study ``cfg`` (a composed config): ``grid.tasks``'s order, kinds
+        and control tasks, ``probe.encoders``'s order, the roles of ``report.encoders`` (errors
+        name ``where``)."""
         roles = section(cfg, "report.encoders", EncoderRolesConfig, where)
         tasks = OmegaConf.select(cfg, "grid.tasks", default=None) or {}
         encoders = OmegaConf.select(cfg, "probe.encoders", default=None) or []
-        return cls(tuple(tasks), tuple(encoders), roles.main, roles.random, roles.token_layer)
+        return cls(
+            tuple(tasks),
+            tuple(encoders),
+            roles.main,
+            roles.random,
+            roles.token_layer,
+            kinds={name: task.kind for name, task in tasks.items() if "kind" in task},
+            controls={
+                name: task.control_of for name, task in tasks.items() if task.get("control_of")
+            },
+        )
+
+    def is_control(self, task: str) -> bool:
+        """Whether ``task`` is a control task (random labels: neither family, no layer claim)."""
+        return task in self.controls
+
+    def control_task(self, task: str, among: Iterable[str]) -> str | None:
+        """The first of ``among`` that is ``task``'s control task, or None."""
+        return next((name for name in among if self.controls.get(name) == task), None)
+
+    def of_kind(self, kind: TaskKind, names: Iterable[str]) -> list[str]:
+        """Those of ``names`` whose tasks are of ``kind``, in their order."""
+        return [name for name in names if self.kinds.get(name) == kind]
 
     def role(self, encoder: str) -> str | None:
         """The role ``encoder`` plays (main, random, token_layer), or None."""
@@ -117,13 +145,11 @@ class Display:
         return sorted(keys, key=lambda key: (*(r[key[i]] for i, r in enumerate(ranks)), *key[3:]))
 
 
-STRUCTURAL_TASK = "structural"  # the Hewitt and Manning (2019) structural probe
 SINGLE_LAYERS = ("layer0", "layer1", "layer2")
 SCALAR_MIX = "scalar_mix"
 # The layer panel: the upper biLSTM layer against the lower one (ELMo: syntax low, semantics high).
 LAYER_PANEL = ("layer1", "layer2")
 FAMILY_ORDER = ("syntactic", "semantic")  # the panel's groups; other families follow, sorted
-CONTROL_SUFFIX = "_control"  # task "x_control" is the control task of task "x"
 CONDITIONAL_PREFIX = conditional_features("")  # "layer0+": layer 0 beside another mode
 # A run's cross-entropy in bits per token, in ProbeRun.extra (tasks that measure information).
 DEV_BITS = "dev_bits"
@@ -314,15 +340,15 @@ def collect(
                 f"no probe runs on the {display.token_layer} encoder: trained biLM vs trained "
                 "token layer is not shown"
             )
-        absent_tasks = set(expected.tasks) - tasks
-        if "wsd" in absent_tasks:
-            missing.append(f"no WSD results ({probes_dir / 'wsd'}/): WSD is not shown")
-        if STRUCTURAL_TASK in absent_tasks:
+        absent_tasks = [task for task in expected.tasks if task not in tasks]
+        for task in display.of_kind(TaskKind.WSD, absent_tasks):
+            missing.append(f"no WSD results ({probes_dir / task}/): WSD is not shown")
+        for task in display.of_kind(TaskKind.STRUCTURAL, absent_tasks):
             missing.append(
-                f"no structural-probe results ({probes_dir / STRUCTURAL_TASK}/): "
+                f"no structural-probe results ({probes_dir / task}/): "
                 "the structural probe is not shown"
             )
-        controls = {task for task in expected.tasks if task.endswith(CONTROL_SUFFIX)}
+        controls = {task for task in expected.tasks if display.is_control(task)}
         if controls and not controls & tasks:
             missing.append("no control-task runs: selectivity is not shown")
         if expected.learning_curves and not curves:

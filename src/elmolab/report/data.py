@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from elmolab.io.polysemy import WordNeighbours
-from elmolab.report.collect import CONTROL_SUFFIX, Display, Inputs, Pretraining
+from elmolab.report.collect import Display, Inputs, Pretraining
 from elmolab.report.information import CodeCell, Gain
 from elmolab.report.stats import Cell, Comparison, EncoderComparison, LayerGap, Selectivity
-from elmolab.schema import SignificanceConfig
+from elmolab.schema import PaperLayersConfig, SignificanceConfig
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,8 @@ class ReportData:
     layer_gaps: list[LayerGap] = field(default_factory=list)
     # The task model stage's summary (elmolab.taskmodel.stage.summarize), None if it has not run.
     taskmodel: dict | None = None
+    # The ELMo paper's layer 1 and layer 2 per task, beside the layer panel (report.paper_layers).
+    paper_layers: dict[str, PaperLayersConfig] = field(default_factory=dict)
     # How tasks, feature modes and encoders are ordered and named (conf/: grid.tasks,
     # probe.encoders, report.encoders).
     display: Display = field(default_factory=Display)
@@ -69,7 +71,7 @@ class ReportData:
     def tasks(self) -> list[str]:
         """Probing tasks in display order, control tasks excluded."""
         names = dict.fromkeys(task for task, _, _ in self.cells)
-        return [task for task in names if not task.endswith(CONTROL_SUFFIX)]
+        return [task for task in names if not self.display.is_control(task)]
 
     @property
     def encoders(self) -> list[str]:

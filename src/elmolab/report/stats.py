@@ -30,7 +30,6 @@ from scipy import stats
 
 from elmolab.report.collect import (
     BY_NAME,
-    CONTROL_SUFFIX,
     SCALAR_MIX,
     SINGLE_LAYERS,
     TEST_BITS,
@@ -274,15 +273,17 @@ def compare_encoders(
     baseline: str | None,
     bootstrap_samples: int,
     seed: int,
+    *,
+    controls: Mapping[str, str],
 ) -> list[EncoderComparison]:
-    """``encoder`` against ``baseline`` for every task (control tasks excluded), feature mode and
-    training fraction where both have applicable runs, in the order of ``cells`` (none when
-    either is None: no encoder plays that role)."""
+    """``encoder`` against ``baseline`` for every task (the control tasks, the keys of
+    ``controls``, excluded), feature mode and training fraction where both have applicable runs,
+    in the order of ``cells`` (none when either is None: no encoder plays that role)."""
     by_key = {(c.task, c.features, c.train_fraction, c.encoder): c for c in cells}
     comparisons = []
     for (task, features, fraction, name), cell in by_key.items():
         base = by_key.get((task, features, fraction, baseline))
-        if name != encoder or base is None or task.endswith(CONTROL_SUFFIX):
+        if name != encoder or base is None or task in controls:
             continue
         if not (cell.applicable and base.applicable and cell.n and base.n):
             continue
@@ -327,14 +328,17 @@ def layer_gaps(
     upper: str,
     bootstrap_samples: int,
     seed: int,
+    *,
+    controls: Mapping[str, str],
 ) -> list[LayerGap]:
-    """``upper`` minus ``lower`` (feature modes, e.g. layer2 and layer1) for every task (control
-    tasks excluded) and encoder where both have applicable runs of a common seed, in the order of
-    ``cells``; tested as the other paired comparisons (:func:`paired_test`)."""
+    """``upper`` minus ``lower`` (feature modes, e.g. layer2 and layer1) for every task (the
+    control tasks, the keys of ``controls``, excluded) and encoder where both have applicable
+    runs of a common seed, in the order of ``cells``; tested as the other paired comparisons
+    (:func:`paired_test`)."""
     gaps = []
     for task, mode, encoder in cells:
         a, b = cells[task, mode, encoder], cells.get((task, upper, encoder))
-        if mode != lower or b is None or task.endswith(CONTROL_SUFFIX):
+        if mode != lower or b is None or task in controls:
             continue
         by_seed = {run.seed: run.test for run in a.runs if run.test is not None}
         values = tuple(
@@ -446,12 +450,15 @@ def paired_t_test(a: list[float | None], b: list[float | None]) -> float:
     return float(stats.ttest_rel(b, a).pvalue)
 
 
-def selectivities(cells: dict[tuple[str, str, str], Cell]) -> list[Selectivity]:
-    """For every control task ``x_control``: task ``x`` minus control, per features and encoder."""
+def selectivities(
+    cells: dict[tuple[str, str, str], Cell], controls: Mapping[str, str]
+) -> list[Selectivity]:
+    """For every control task (``controls``: control task -> its task): its task minus the
+    control, per features and encoder."""
     results = []
     for (task, features, encoder), control in cells.items():
-        base = task.removesuffix(CONTROL_SUFFIX)
-        if base == task or (base, features, encoder) not in cells or not control.n:
+        base = controls.get(task)
+        if base is None or (base, features, encoder) not in cells or not control.n:
             continue
         by_seed = {run.seed: run.test for run in cells[base, features, encoder].runs}
         pairs = [(by_seed[r.seed], r.test) for r in control.runs if by_seed.get(r.seed) is not None]

@@ -1,6 +1,6 @@
 """The task-model stage: ELMo's second stage, a BiLSTM-CRF tagger with and without each encoder's
-scalar mix (config: ``taskmodel``, and ``extract``'s datasets; the library is
-:mod:`elmolab.taskmodel`).
+scalar mix (config: ``taskmodel``, its task ``grid.tasks.<taskmodel.task>``, and ``extract``'s
+datasets; the library is :mod:`elmolab.taskmodel`).
 
 Output (``artifacts/taskmodel/``): every input of ``taskmodel.mix_encoders`` and the baseline,
 every seed, and the summary in ``metrics.json`` and ``table.md``. It reads the cached features of
@@ -16,15 +16,16 @@ from omegaconf import DictConfig
 
 from elmolab.config import run_stage, section
 from elmolab.probing.tasks import data_catalog
-from elmolab.schema import ExtractConfig, TaskModelConfig
-from elmolab.taskmodel.stage import run_taskmodel
+from elmolab.schema import ExtractConfig, GridConfig, TaskModelConfig
+from elmolab.taskmodel.stage import run_taskmodel, tagging_task
 
 
 def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     """The stage: ``taskmodel`` on the cached features -> ``out_dir``."""
     config = section(cfg, "taskmodel", TaskModelConfig)
+    task = tagging_task(config, section(cfg, "grid", GridConfig).tasks)
     extract = section(cfg, "extract", ExtractConfig)
-    return run_taskmodel(config, data_catalog(extract), out_dir, extract.encoders)
+    return run_taskmodel(config, task, data_catalog(extract), out_dir, extract.encoders)
 
 
 def main(conf_dir: Path, argv: list[str] | None = None) -> None:

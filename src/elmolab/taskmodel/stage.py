@@ -1,7 +1,8 @@
 """The ``taskmodel`` stage: a BiLSTM-CRF tagger trained on every input and seed, and the summary.
 
-The inputs, as the ELMo paper's Table 1 compares them (config ``taskmodel``, a
-:class:`TaskModelConfig`):
+The task is a token task of ``grid.tasks`` scored by span F1, named by ``taskmodel.task``
+(:func:`tagging_task`). The inputs, as the ELMo paper's Table 1 compares them (config
+``taskmodel``, a :class:`TaskModelConfig`):
 
 - ``baseline``: the context-free vector (the ``token_encoder``'s layer 0) and the task model's own
   word embedding;
@@ -27,6 +28,7 @@ baseline reports the absolute error reduction ``F1_x - F1_b`` (points) and the r
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sys
@@ -51,11 +53,19 @@ from elmolab.io.features import feature_path
 from elmolab.io.results import METRICS_FILE, PREDICTIONS_FILE, SEED_PREFIX
 from elmolab.models.encoder_files import encoder_files
 from elmolab.probing.datasets import FeatureDataset, standardize_layers
-from elmolab.probing.metrics import LabelVocabulary
+from elmolab.probing.metrics import LabelVocabulary, TaskMetric
 from elmolab.probing.tasks import DataCatalog, SplitSource, check_task, read_split_features
 from elmolab.probing.tasks import task_labels as read_task_labels
 from elmolab.report.stats import paired_t_test
-from elmolab.schema import BASELINE, FINETUNE_PREFIX, MIX_PREFIX, TaskConfig, TaskModelConfig
+from elmolab.schema import (
+    BASELINE,
+    FINETUNE_PREFIX,
+    MIX_PREFIX,
+    SPLIT_ROLES,
+    TaskConfig,
+    TaskKind,
+    TaskModelConfig,
+)
 from elmolab.taskmodel.data import (
     LengthSortedBatches,
     PadBatch,
@@ -74,34 +84,45 @@ from elmolab.training.quiet import quiet_lightning
 log = logging.getLogger("elmolab.taskmodel")
 
 TABLE_FILE = "table.md"
-ROLES = ("train", "dev", "test")
 # Batches of similar length are cut from runs of this many batches' sentences (less padding).
 BUCKET_BATCHES = 50
+# The tagger's score: span F1, chunks counted as conlleval counts them.
+METRIC = TaskMetric.SPAN_F1
 
 
-def probing_task(config: TaskModelConfig) -> TaskConfig:
-    """The task's splits and labels as a probing task (span F1 on a token field)."""
-    task = TaskConfig(
-        name=config.name,
-        kind="token",
-        train=config.train,
-        dev=config.dev,
-        test=config.test,
-        field=config.field,
-        metric="span_f1",
-        unseen=config.unseen,
-        control_seed=None,
-        wordnet=None,
-        family="semantic",
-    )
+def tagging_task(config: TaskModelConfig, tasks: Mapping[str, TaskConfig]) -> TaskConfig:
+    """The task ``config.task`` names among ``tasks`` (``grid.tasks``), with the task model's own
+    ``unseen`` where it sets one: a token task scored by span F1, else an ElmolabError naming the
+    key."""
+    if config.task not in tasks:
+        raise ElmolabError(
+            f"taskmodel.task: {config.task!r} is not a task of grid.tasks ({', '.join(tasks)})"
+        )
+    task = tasks[config.task]
+    if task.kind != TaskKind.TOKEN or task.metric != METRIC:
+        raise ElmolabError(
+            f"taskmodel.task: the tagger labels tokens and is scored by {METRIC}; {config.task!r}"
+            f" is a {task.kind} task scored by {task.metric}"
+        )
+    if config.unseen is not None:
+        task = dataclasses.replace(task, unseen=config.unseen)
     check_task(task)
     return task
 
 
+def result_name(task: TaskConfig) -> str:
+    """The task as each run's ``metrics.json`` names it: ``<task>_<the dataset it trains on>``
+    (``ner_conll2003``), since the stage's folder names neither."""
+    dataset, _ = task.split_refs()["train"]
+    return f"{task.name}_{dataset}"
+
+
 @dataclass(frozen=True)
 class TaskData:
-    """What every input shares: the split sources, tag and word ids, context-free vectors."""
+    """What every input shares: the task, its split sources, tag and word ids, context-free
+    vectors."""
 
+    task: TaskConfig
     sources: dict[str, SplitSource]
     vocabulary: LabelVocabulary
     tags: dict[str, list[list[int]]]  # role -> per sentence
@@ -110,9 +131,9 @@ class TaskData:
     token: dict[str, torch.Tensor]  # role -> (tokens, token_dim)
 
 
-def load_task_data(config: TaskModelConfig, catalog: DataCatalog) -> TaskData:
-    """Read the splits, their tags and the token encoder's layer 0 (standardized as configured)."""
-    task = probing_task(config)
+def load_task_data(config: TaskModelConfig, task: TaskConfig, catalog: DataCatalog) -> TaskData:
+    """Read ``task``'s splits, their tags and the token encoder's layer 0 (standardized as
+    configured)."""
     sources = {role: catalog.read(*ref) for role, ref in task.split_refs().items()}
     labels = read_task_labels(task, sources)
     words = WordVocabulary((s.tokens for s in sources["train"].sentences), config.min_word_count)
@@ -125,7 +146,7 @@ def load_task_data(config: TaskModelConfig, catalog: DataCatalog) -> TaskData:
     }
     layers, _ = encoder_layers(config, config.token_encoder, sources, labels.labels)
     token = {role: split.features[0].clone() for role, split in layers.items()}
-    return TaskData(sources, labels.vocabulary, labels.labels, words, word_ids, token)
+    return TaskData(task, sources, labels.vocabulary, labels.labels, words, word_ids, token)
 
 
 def encoder_layers(
@@ -276,10 +297,10 @@ def train_one(
     predicted = [found[i] for i in range(len(splits["test"]))]
     mix = module.tagger.mix_summary()
     result = {
-        "task": config.name,
+        "task": result_name(data.task),
         "input": label.split("/")[0],
         "seed": seed,
-        "metric": "span_f1",
+        "metric": METRIC,
         "dev_f1": float(best.best_model_score),
         "test_f1": sentence_f1(data.vocabulary, splits["test"].gold_sentences(), predicted),
         "best_epoch": max(record.history, key=lambda e: e["dev_f1"])["epoch"],
@@ -318,7 +339,7 @@ def input_splits(config: TaskModelConfig, data: TaskData, name: str) -> dict[str
             sentence_lengths=tuple(len(s) for s in data.tags[role]),
             chars=None if chars is None else chars[role],
         )
-        for role in ROLES
+        for role in SPLIT_ROLES
     }
 
 
@@ -350,16 +371,18 @@ def fine_tuned_encoder(
 
 def run_taskmodel(
     config: TaskModelConfig,
+    task: TaskConfig,
     catalog: DataCatalog,
     out_dir: Path,
     encoders: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Every input and seed of ``config``; writes ``out_dir`` (module docstring) and returns the
-    summary. ``encoders`` (``extract.encoders``) locates the biLMs of ``finetune_encoders``."""
+    """Every input and seed of ``config`` on ``task`` (:func:`tagging_task`); writes ``out_dir``
+    (module docstring) and returns the summary. ``encoders`` (``extract.encoders``) locates the
+    biLMs of ``finetune_encoders``."""
     config.check()
     torch.set_num_threads(config.num_threads)
     start = time.perf_counter()
-    data = load_task_data(config, catalog)
+    data = load_task_data(config, task, catalog)
     results = []
     with atomic_dir(out_dir) as tmp:
         for name in config.inputs:
@@ -411,7 +434,7 @@ def summarize(results: Sequence[dict[str, Any]], inputs: Sequence[str]) -> dict[
         if name.startswith(FINETUNE_PREFIX)
         and MIX_PREFIX + name.removeprefix(FINETUNE_PREFIX) in by_input
     }
-    summary = {"metric": "span_f1", "inputs": table, "vs_baseline": comparisons}
+    summary = {"metric": METRIC, "inputs": table, "vs_baseline": comparisons}
     if frozen:
         summary["vs_frozen"] = frozen
     return summary

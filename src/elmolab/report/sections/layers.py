@@ -24,13 +24,8 @@ from elmolab.report.format import (
 )
 from elmolab.report.layout import Table, TableCell, columns_of, group_starts, number
 from elmolab.report.stats import LayerGap, centre_of_gravity
+from elmolab.schema import PaperLayersConfig
 
-# The ELMo paper's layer 1 and layer 2 on the tasks it probed per layer (Peters et al. 2018,
-# Tables 5 and 6): the reference beside the layer panel.
-PAPER_LAYERS = {  # task: (what the paper measured, layer 1, layer 2)
-    "upos": ("POS, linear probe, accuracy", 0.973, 0.968),
-    "wsd": ("WSD, 1-NN, F1", 0.674, 0.690),
-}
 LAYER_METHOD = (
     "Layer 2 minus layer 1 (the two biLSTM layers), test set, in points; mean ± std of the"
     " per-seed differences. p: a paired bootstrap over test sentences when per-sentence counts"
@@ -115,7 +110,7 @@ def panel_rows(data: ReportData) -> list[PanelRow]:
         gap = gaps.get((task, main))
         mix = mix_summary(data, task)
         others = [gaps.get((task, encoder)) for encoder in baseline_encoders(data)]
-        paper = PAPER_LAYERS.get(task)
+        paper = data.paper_layers.get(task)
         verdict, verdict_class = verdict_cell(
             NO_VERDICT if gap is None else gap.verdict(alpha), data.no_verdicts
         )
@@ -140,13 +135,17 @@ def panel_rows(data: ReportData) -> list[PanelRow]:
                     for g in others
                 ],
                 baseline_hovers=["" if g is None else _gap_hover(g) for g in others],
-                paper=""
-                if paper is None
-                else f"{pct(paper[1])} · {pct(paper[2])} ({pct(paper[2] - paper[1], signed=True)})",
-                paper_hover="" if paper is None else paper[0],
+                paper="" if paper is None else _paper_text(paper),
+                paper_hover="" if paper is None else paper.measure,
             )
         )
     return rows
+
+
+def _paper_text(paper: PaperLayersConfig) -> str:
+    """The paper's two layers and their difference: "97.30 · 96.80 (−0.50)"."""
+    difference = pct(paper.layer2 - paper.layer1, signed=True)
+    return f"{pct(paper.layer1)} · {pct(paper.layer2)} ({difference})"
 
 
 def _gravity_text(values: np.ndarray) -> str:
@@ -256,8 +255,9 @@ def table(data: ReportData) -> Table | None:
         for r, start in zip(rows, starts, strict=True)
     ]
     references = "; ".join(
-        f"{task}: {what}, layer 1 {100 * one:.1f}, layer 2 {100 * two:.1f}"
-        for task, (what, one, two) in PAPER_LAYERS.items()
+        f"{task}: {paper.measure}, layer 1 {100 * paper.layer1:.1f},"
+        f" layer 2 {100 * paper.layer2:.1f}"
+        for task, paper in data.paper_layers.items()
     )
     return Table(
         columns,
@@ -278,7 +278,7 @@ def summary(data: ReportData) -> dict[str, Any]:
     tasks = []
     for family, task in panel_tasks(data):
         mix = mix_summary(data, task)
-        paper = PAPER_LAYERS.get(task)
+        paper = data.paper_layers.get(task)
         tasks.append(
             {
                 "task": task,
@@ -310,7 +310,7 @@ def summary(data: ReportData) -> dict[str, Any]:
                 },
                 "paper": None
                 if paper is None
-                else {"measure": paper[0], "layer1": paper[1], "layer2": paper[2]},
+                else {"measure": paper.measure, "layer1": paper.layer1, "layer2": paper.layer2},
             }
         )
     return {

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from elmolab.report.collect import CONTROL_SUFFIX
 from elmolab.report.data import ReportData
 from elmolab.report.format import fraction_text, json_per_seed, per_seed
 from elmolab.report.information import CodeCell
@@ -32,10 +31,9 @@ def online_code_tasks(data: ReportData) -> list[tuple[str, str | None]]:
     beside its task is not listed on its own."""
     tasks = list(dict.fromkeys(task for task, _, _ in data.online_codes))
     return [
-        (task, task + CONTROL_SUFFIX if task + CONTROL_SUFFIX in tasks else None)
+        (task, data.display.control_task(task, tasks))
         for task in tasks
-        if task.removesuffix(CONTROL_SUFFIX) == task
-        or task.removesuffix(CONTROL_SUFFIX) not in tasks
+        if data.display.controls.get(task) not in tasks
     ]
 
 

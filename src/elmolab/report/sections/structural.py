@@ -8,12 +8,13 @@ from typing import Any
 
 import numpy as np
 
-from elmolab.report.collect import STRUCTURAL_TASK
 from elmolab.report.data import ReportData
 from elmolab.report.format import json_number, mean_std, pct
 from elmolab.report.layout import Table, TableCell, columns_of, group_starts, number
 from elmolab.report.stats import Cell
+from elmolab.schema import TaskKind
 
+KIND = TaskKind.STRUCTURAL  # Hewitt and Manning's probe: UUAS and DSpr, not labels
 DSPR_KEY = "test_dspr"  # the structural probe's distance Spearman correlation, test set
 # Hewitt and Manning (2019), Table 1: ELMo on the PTB, UUAS of layer 0 and layer 1.
 STRUCTURAL_REFERENCE = {"layer0": 0.268, "layer1": 0.770}
@@ -43,12 +44,16 @@ class StructuralRow:
     reference: str  # the published ELMo UUAS of this layer (trained biLM rows), or ""
 
 
+def structural_cells(data: ReportData) -> list[Cell]:
+    """The cells of the structural probe's tasks (kind structural in grid.tasks)."""
+    return [cell for cell in data.cells.values() if data.display.kinds.get(cell.task) == KIND]
+
+
 def structural_rows(data: ReportData) -> list[StructuralRow]:
     """The structural probe's UUAS and DSpr (test set) per feature mode and encoder."""
     rows = []
-    for (task, features, encoder), cell in data.cells.items():
-        if task != STRUCTURAL_TASK:
-            continue
+    for cell in structural_cells(data):
+        features, encoder = cell.features, cell.encoder
         reference = STRUCTURAL_REFERENCE.get(features) if encoder == data.display.main else None
         rows.append(
             StructuralRow(
@@ -101,9 +106,5 @@ def summary(data: ReportData) -> dict[str, Any]:
     """The published ELMo UUAS per layer, and UUAS and DSpr per feature mode and encoder."""
     return {
         "reference_uuas": STRUCTURAL_REFERENCE,
-        "rows": [
-            _structural_row(cell)
-            for (task, _, _), cell in data.cells.items()
-            if task == STRUCTURAL_TASK
-        ],
+        "rows": [_structural_row(cell) for cell in structural_cells(data)],
     }
