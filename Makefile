@@ -53,6 +53,7 @@ params: $(STAMP) ## Recompose params.yaml from conf/ (after editing conf/)
 	$(PY) -m elmolab.params
 
 run: install ## Run the whole pipeline (dvc repro): prepare -> pretrain -> extract -> probe -> report
+	$(PY) -m elmolab.estimate
 	dvc repro
 
 repro: run ## Same as run
