@@ -57,6 +57,7 @@ params: $(STAMP) ## Recompose params.yaml from conf/ (after editing conf/, or af
 # or call it up to date); EXPERIMENT=<preset> composes conf/experiment/<preset>.yaml into it.
 run: install ## Run the whole pipeline (dvc repro) as conf/ composes it; EXPERIMENT=<preset>: a preset
 	$(PY) -m elmolab.params $(if $(EXPERIMENT),experiment=$(EXPERIMENT),--check)
+	$(PY) -m elmolab.estimate
 	dvc repro
 
 repro: run ## Same as run

@@ -6,7 +6,8 @@ split (the full softmax, both directions, states carried and stateless) twice in
 alternating the order: with every product in float32 (what the stages run), and with the
 logits' product in bf16 and the bias, log-sum-exp and loss in float32
 (``LMSoftmax.full_nll(..., logits_dtype=torch.bfloat16)``). Prints the CPU model, each
-perplexity, their relative difference and the seconds of each pass.
+perplexity, their relative difference and the seconds of each pass. On a CPU without native bf16
+it stops at once: the stages evaluate in float32 there (``pretrain.eval_logits: auto``).
 
     .venv/bin/python bench/eval_precision.py WORKSPACE [--repeats 1] [--threads 2]
 """
@@ -25,7 +26,7 @@ import torch
 from omegaconf import OmegaConf
 
 from elmolab.config import section
-from elmolab.hardware import cpu_model, native_bf16_flags
+from elmolab.hardware import choose_precision, cpu_model, native_bf16_flags
 from elmolab.models.bilm_tf import load_bilm_from_checkpoint
 from elmolab.schema import ModelConfig, PretrainConfig
 from elmolab.text.vocab import Vocabulary
@@ -75,6 +76,11 @@ def main() -> None:
         # variable when torch loads, so the script restarts itself with it.
         os.environ["OMP_WAIT_POLICY"] = "ACTIVE"
         os.execv(sys.executable, [sys.executable, *sys.argv])
+    choice = choose_precision("auto", "cpu")
+    if choice.precision != "bf16-mixed":  # the bf16 passes would take minutes, emulated
+        raise SystemExit(
+            f"{choice.reason}: the stages evaluate in float32 here, nothing to compare"
+        )
     torch.set_num_threads(args.threads)
     cfg = OmegaConf.load(args.workspace / "params.yaml")
     print(f"CPU: {cpu_model()} (native bf16: {', '.join(native_bf16_flags()) or 'none'}),")

@@ -1,10 +1,12 @@
 """Pretraining throughput: tokens/s of every LSTM path of a preset side by side, against the CPU.
 
-Prints, measured in this one run on this machine (CPU model first): the fp32 and bf16 matmul
-rates (GFLOP/s), the model's FLOP per training token (forward + backward = 3x the forward
-matmuls), and for each LSTM path, batch size and precision the training tokens/s of the real
-Lightning training loop (Trainer, data module, the configured softmax) with the model FLOP rate
-as a share of both matmul rates. The paths (``pretrain.lstm_path``):
+Prints, measured in this one run on this machine (CPU model and the precision chosen for it
+first): the fp32 matmul rate (GFLOP/s) and the bf16 one where the CPU runs bf16 natively (not
+where it would be emulated: minutes of matmuls no run computes), the model's FLOP per training
+token (forward + backward = 3x the forward matmuls), and for each LSTM path, batch size and
+precision the training tokens/s of the real Lightning training loop (Trainer, data module, the
+configured softmax) with the model FLOP rate as a share of the matmul rates. The paths
+(``pretrain.lstm_path``):
 
 - ``cell``: bilm-tf's cell with its clips (``--clip``, bilm-tf's 3): the CPU default's path
   until ``paired`` came;
@@ -248,7 +250,14 @@ def main() -> None:
             os.environ.setdefault(name, value)
         os.execv(sys.executable, [sys.executable, *sys.argv])
     torch.set_num_threads(args.threads)
-    precisions = args.precisions or [choose_precision("auto", args.accelerator).precision]
+    choice = choose_precision("auto", args.accelerator)
+    precisions = args.precisions or [choice.precision]
+    print(
+        f"CPU: {cpu_model()}; native bf16: {', '.join(native_bf16_flags()) or 'no'}; "
+        + ", ".join(f"{name}={os.environ[name]}" for name in MAKE_ENVIRONMENT)
+    )
+    why = "--precisions" if args.precisions else choice.reason
+    print(f"precision: {' '.join(precisions)} ({why})", flush=True)
     cfg = OmegaConf.create(yaml.safe_load(compose_params(ROOT / "conf", [f"model={args.model}"])))
     model = section(cfg, "model", ModelConfig)
     settings = section(cfg, "pretrain", PretrainConfig)
@@ -265,24 +274,25 @@ def main() -> None:
         for tables in (False, True)
     }
     on_cpu = args.accelerator == "cpu"
+    # Emulated bf16 matmuls take minutes and measure nothing a run does there (it trains in
+    # float32): the bf16 rate is measured only where the CPU runs bf16 natively.
+    bf16_native = on_cpu and bool(native_bf16_flags())
     rates = {
         "fp32": matmul_gflops() if on_cpu else math.nan,
-        "bf16": matmul_gflops(dtype=torch.bfloat16) if on_cpu else math.nan,
+        "bf16": matmul_gflops(dtype=torch.bfloat16) if bf16_native else math.nan,
     }
     shared = " shared by both directions" if settings.softmax.share_negatives else " per direction"
-    print(
-        f"CPU: {cpu_model()}; native bf16: {', '.join(native_bf16_flags()) or 'no'}; "
-        + ", ".join(f"{name}={os.environ[name]}" for name in MAKE_ENVIRONMENT)
-    )
     print(
         f"model {args.model}: unroll {settings.unroll_steps}, softmax {settings.softmax.kind} "
         f"({settings.softmax.n_negative_samples} negatives{shared}), vocabulary {vocab_size:,}, "
         f"{args.threads} threads, {args.steps} steps per row ({max(3, args.steps // 5)} warm-up)"
     )
-    print(
-        f"matmul rate (2048^3, measured): fp32 {rates['fp32']:.1f} GFLOP/s, "
-        f"bf16 {rates['bf16']:.1f} GFLOP/s"
+    bf16_rate = (
+        f"{rates['bf16']:.1f} GFLOP/s"
+        if bf16_native or not on_cpu
+        else "not measured (this CPU would emulate it)"
     )
+    print(f"matmul rate (2048^3, measured): fp32 {rates['fp32']:.1f} GFLOP/s, bf16 {bf16_rate}")
     print(f"C++ kernels: {'built for ' + kernels.detail if kernels.available else kernels.detail}")
     print(
         f"char CNN forward FLOP per token: {per_position / 1e6:8.2f} MFLOP counted per position, "

@@ -20,8 +20,9 @@ LAYERS = (
         "elmolab.openmp",
         "elmolab.native",
     ),
-    # the configuration: its schema (one dataclass per conf/ section), loading it, composing it
-    ("elmolab.schema", "elmolab.config", "elmolab.params", "elmolab.tracking"),
+    # the configuration: its schema (one dataclass per conf/ section), loading it, composing it;
+    # what a run of it will take on this machine
+    ("elmolab.schema", "elmolab.config", "elmolab.params", "elmolab.tracking", "elmolab.estimate"),
     # data formats: corpora, CoNLL, WSD, characters, vocabularies, feature files
     ("elmolab.text", "elmolab.io"),
     # the network, and its weight files

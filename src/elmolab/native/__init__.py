@@ -9,8 +9,10 @@ torch, cached, and loaded as torch ops (``torch.ops.elmolab.*``):
 - ``dropout.cpp``: dropout with a counter-based mask (``dropout`` below), recomputed in backward.
 
 Each computes what the Python code beside it computes (tests compare them), in fewer passes over
-memory and without Python between the steps. The build takes a few seconds, once per source,
-torch version, compiler and CPU vector width (the cache key), under ``$ELMOLAB_CACHE_DIR``
+memory and without Python between the steps. The build compiles the sources in parallel (one
+compiler per core) and links them; it takes about half a minute on 2 idle cores, says so when
+it starts (in the log where logging shows it, on stderr where not), and happens once per
+source, torch version, compiler and CPU vector width (the cache key), under ``$ELMOLAB_CACHE_DIR``
 (default ``$XDG_CACHE_HOME/elmolab`` or ``~/.cache/elmolab``) in ``native/<key>/``; it is written
 to a temporary name and renamed, so concurrent processes (DDP ranks, sweep jobs) never load a
 half-written library. The vector width is what torch itself dispatches to on this CPU
@@ -23,6 +25,7 @@ Python path (``lstm_path: auto`` then chooses ``paired``) and metrics.json recor
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import hashlib
@@ -30,6 +33,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -53,6 +57,9 @@ VECTOR_FLAGS = {
     "AVX2": ["-mavx2", "-mfma", "-mf16c"],
     "DEFAULT": [],
 }
+# What the first build's notice says it takes: a source's compile time is mostly torch's headers,
+# so it varies little with the sources (measured: docs/pretraining.md, "The kernels' build").
+BUILD_TIME = "about half a minute on 2 idle cores, longer on a busy machine, less with more cores"
 
 
 @dataclass(frozen=True)
@@ -81,15 +88,12 @@ def _capability() -> str:
     return capability if capability in VECTOR_FLAGS else "DEFAULT"
 
 
-def _command(compiler: str, capability: str, target: Path) -> list[str]:
-    torch_lib = Path(torch.__file__).parent / "lib"
-    includes = [f"-I{p}" for p in torch.utils.cpp_extension.include_paths()]
+def _compile_flags(capability: str) -> list[str]:
+    """The flags every source compiles with (``-c``, into its own object file)."""
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     return [
-        compiler,
         "-O3",
         "-std=c++20",
-        "-shared",
         "-fPIC",
         "-fopenmp",  # at::parallel_for runs on torch's OpenMP threads
         "-ffp-contract=off",  # a * b + c rounds twice, as in ATen's elementwise kernels
@@ -98,15 +102,57 @@ def _command(compiler: str, capability: str, target: Path) -> list[str]:
         f"-DCPU_CAPABILITY={capability}",
         *([f"-DCPU_CAPABILITY_{capability}"] if capability != "DEFAULT" else []),
         *VECTOR_FLAGS[capability],
-        *includes,
-        *(str(source) for source in SOURCES),
-        "-o",
-        str(target),
+        *(f"-I{p}" for p in torch.utils.cpp_extension.include_paths()),
+    ]
+
+
+def _link_flags() -> list[str]:
+    """The flags that link the object files into one library against torch."""
+    torch_lib = Path(torch.__file__).parent / "lib"
+    return [
+        "-shared",
+        "-fopenmp",
         f"-L{torch_lib}",
         f"-Wl,-rpath,{torch_lib}",
         "-lc10",
         "-ltorch_cpu",
     ]
+
+
+def _run_compiler(command: list[str], what: str) -> None:
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-20:])
+        raise RuntimeError(f"building the kernels ({what}) with {command[0]} failed:\n{tail}")
+
+
+def _compile_and_link(compiler: str, capability: str, folder: Path, jobs: int) -> Path:
+    """Each source compiled into an object file in ``folder``, ``jobs`` compilers at once, then
+    linked; returns the library in ``folder``."""
+    flags = _compile_flags(capability)
+    objects = [folder / f"{source.stem}.o" for source in SOURCES]
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        compiled = [
+            pool.submit(
+                _run_compiler, [compiler, *flags, "-c", str(source), "-o", str(out)], source.name
+            )
+            for source, out in zip(SOURCES, objects, strict=True)
+        ]
+        for done in compiled:
+            done.result()  # the first failure, with its compiler output
+    library = folder / LIBRARY
+    _run_compiler([compiler, *map(str, objects), "-o", str(library), *_link_flags()], "linking")
+    return library
+
+
+def _announce(message: str) -> None:
+    """``message`` where the user sees it: in the log where logging is set up to show it (the
+    stages), on stderr where it is not (a script that calls ``Elmo`` without configuring
+    logging would otherwise see nothing while it waits)."""
+    if log.isEnabledFor(logging.INFO) and log.hasHandlers():
+        log.info(message)
+    else:
+        print(f"elmolab: {message}", file=sys.stderr, flush=True)
 
 
 def _build() -> tuple[Path, str]:
@@ -122,11 +168,11 @@ def _build() -> tuple[Path, str]:
         ).stdout.splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError) as error:
         raise RuntimeError(f"C++ compiler {compiler} does not run: {error}") from error
-    command = _command(compiler, capability, Path(LIBRARY))
     key = hashlib.sha256(
         b"\0".join(
             [source.read_bytes() for source in SOURCES + HEADERS]
-            + [torch.__version__.encode(), version.encode(), " ".join(command).encode()]
+            + [torch.__version__.encode(), version.encode(), compiler.encode()]
+            + [" ".join(_compile_flags(capability) + _link_flags()).encode()]
         )
     ).hexdigest()[:16]
     target = cache_dir() / "native" / key / LIBRARY
@@ -138,23 +184,16 @@ def _build() -> tuple[Path, str]:
     except OSError as error:  # a read-only home: this process builds for itself
         log.warning("cannot write %s (%s): building in a temporary folder", target.parent, error)
         target = Path(tempfile.mkdtemp(prefix="elmolab-kernels-")) / LIBRARY
+    # One compiler per core: each source takes about as long (mostly torch's headers).
+    jobs = min(os.cpu_count() or 1, len(SOURCES))
+    _announce(
+        f"building the C++ kernels for this machine ({built_for}; {len(SOURCES)} sources, "
+        f"{jobs} at a time), once: {BUILD_TIME}; the library is cached in {target.parent}"
+    )
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        built = Path(tmp) / LIBRARY
-        result = subprocess.run(
-            _command(compiler, capability, built), capture_output=True, text=True, check=False
-        )
-        if result.returncode != 0:
-            tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-20:])
-            raise RuntimeError(f"building the kernels with {compiler} failed:\n{tail}")
-        os.replace(built, target)
-    log.info(
-        "built the C++ kernels (%s, %s) in %.1f s: %s",
-        capability,
-        version,
-        time.perf_counter() - start,
-        target,
-    )
+        os.replace(_compile_and_link(compiler, capability, Path(tmp), jobs), target)
+    log.info("built the C++ kernels in %.1f s: %s", time.perf_counter() - start, target)
     return target, built_for
 
 
