@@ -1,0 +1,2 @@
+"""Reading text: corpora, CoNLL-style treebanks, WSD and sentiment files, character ids and
+vocabularies."""
