@@ -629,7 +629,7 @@ CASES = [
         "override-of-wrong-type",
         workspace_params,
         "{params} extract.batch_size=many",
-        r"extract\.batch_size: Value 'many' of type 'str' could not be converted to Integer",
+        r"extract\.batch_size: expected an integer, got 'many'",
     ),
     Case(
         "probe",
