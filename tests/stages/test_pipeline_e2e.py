@@ -376,8 +376,10 @@ def _cached_objects(repo: Path) -> set[str]:
 
 
 def _make(repo: Path, target: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
-    # -o: the shared venv counts as installed, whatever the copied pyproject.toml's time says.
-    return _run(["make", "-o", ".venv/.installed", target], repo, check, **env)
+    # -o: the shared venv counts as installed, whatever the copied pyproject.toml's time says;
+    # under an outer make (make test-slow) a nested one would add "Entering/Leaving directory".
+    command = ["make", "--no-print-directory", "-o", ".venv/.installed", target]
+    return _run(command, repo, check, **env)
 
 
 def test_the_quick_look_leaves_the_study_to_make_run(tmp_path: Path) -> None:
