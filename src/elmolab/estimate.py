@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from elmolab.config import load_params
 from elmolab.errors import ElmolabError
 from elmolab.hardware import choose_precision, cpu_model, native_bf16_flags
-from elmolab.params import compose_params
+from elmolab.params import compose_params, differing_keys
 
 # Minutes per stage in the default study's uninterrupted run on a 2-core AMD EPYC (family 26,
 # model 2) with avx512_bf16, nothing else running: 40.4 min in all (docs/results.md). A group
@@ -168,11 +168,11 @@ def stages_to_run(root: Path) -> tuple[list[str], int]:
 
 def params_differences(cfg: DictConfig, conf: Path) -> list[str]:
     """The top-level sections in which ``cfg`` (params.yaml) differs from the default
-    composition of ``conf`` (the default study), in the file's order."""
+    composition of ``conf`` (the default study), in the composition's order: the sections of
+    :func:`elmolab.params.differing_keys`, the comparison ``make run``'s check makes."""
     given = OmegaConf.to_container(cfg)
     default = OmegaConf.to_container(OmegaConf.create(compose_params(conf)))
-    keys = list(given) + [key for key in default if key not in given]
-    return [key for key in keys if given.get(key) != default.get(key)]
+    return list(dict.fromkeys(key.split(".")[0] for key in differing_keys(given, default)))
 
 
 def summary(root: Path, params: Path, conf: Path, machine: Machine) -> list[str]:
