@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export DVC_NO_ANALYTICS := 1
 export WANDB_SILENT := true
 # OMP_WAIT_POLICY is left to the stages: pretrain and extract, alone on every core, spin
-# (src/elmolab/openmp.py: a third faster than sleeping); set PASSIVE when jobs share the cores.
+# (src/elmolab/core/openmp.py: a third faster than sleeping); set PASSIVE when jobs share the cores.
 # glibc returns freed memory to the OS eagerly by default; page faults then eat ~20% of
 # training time (docs/architecture.md §7). These keep large buffers mapped between steps.
 export MALLOC_MMAP_THRESHOLD_ := 1073741824
@@ -51,19 +51,19 @@ data/README.md: data.dvc $(STAMP)
 	touch data/README.md
 
 params: $(STAMP) ## Recompose params.yaml from conf/ (after editing conf/, or after a dvc exp run)
-	$(PY) -m elmolab.params
+	$(PY) -m elmolab.core.params
 
 # params.yaml must be conf/'s composition (one left by `dvc exp run -S` would run something else,
 # or call it up to date); EXPERIMENT=<preset> composes conf/experiment/<preset>.yaml into it.
 run: install ## Run the whole pipeline (dvc repro) as conf/ composes it; EXPERIMENT=<preset>: a preset
-	$(PY) -m elmolab.params $(if $(EXPERIMENT),experiment=$(EXPERIMENT),--check)
-	$(PY) -m elmolab.estimate
+	$(PY) -m elmolab.core.params $(if $(EXPERIMENT),experiment=$(EXPERIMENT),--check)
+	$(PY) -m elmolab.launch.estimate
 	dvc repro
 
 repro: run ## Same as run
 
 smoke: install ## Quick look: experiment=smoke in smoke/ (minutes); the study's files stay as they are
-	$(PY) -m elmolab.quicklook
+	$(PY) -m elmolab.launch.quicklook
 
 report: install ## Only the report stage: artifacts/report/index.html
 	dvc repro report
@@ -74,10 +74,10 @@ plots: install ## DVC plots as offline HTML (dvc_plots/index.html)
 	dvc plots show --html-template $(VEGA_TEMPLATE)
 
 wandb-sync: $(STAMP) ## Upload offline W&B runs (wandb/) if WANDB_API_KEY is set and W&B answers
-	$(PY) -m elmolab.tracking sync
+	$(PY) -m elmolab.core.tracking sync
 
 wandb-report: $(STAMP) ## Build the W&B report: make wandb-report ENTITY=team GROUP=exp [UPLOAD=1]
-	$(PY) -m elmolab.wandb_report --project $(or $(PROJECT),elmolab) --entity $(ENTITY) \
+	$(PY) -m elmolab.report.wandb_report --project $(or $(PROJECT),elmolab) --entity $(ENTITY) \
 		--group $(GROUP) $(if $(UPLOAD),--upload)
 
 test: install ## Run the tests (fast ones; the slow end-to-end checks: make test-slow)

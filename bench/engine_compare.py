@@ -86,14 +86,14 @@ def _new_side(payload: dict, schedule: dict) -> dict:
 
     from omegaconf import OmegaConf
 
-    from elmolab.config import section
+    from elmolab.core.config import section
+    from elmolab.core.params import compose_params
+    from elmolab.core.schema import ProbeSettings
     from elmolab.io.results import FeatureMode
-    from elmolab.params import compose_params
     from elmolab.probing.datasets import FeatureDataset
     from elmolab.probing.engine import train_heads
     from elmolab.probing.metrics import LabelVocabulary
     from elmolab.probing.probes import Head
-    from elmolab.schema import ProbeSettings
 
     settings = section(OmegaConf.create(compose_params(ROOT / "conf")), "probe", ProbeSettings)
     settings = dataclasses.replace(
@@ -123,7 +123,7 @@ def _new_side(payload: dict, schedule: dict) -> dict:
 
 def _vocabulary(cls, saved: dict):
     """The label vocabulary of the payload in the given side's class, with the same ids."""
-    from elmolab.text.conll import TagScheme
+    from elmolab.data.conll import TagScheme
 
     scheme = None if saved["scheme"] is None else TagScheme(saved["scheme"])
     vocabulary = cls(saved["labels"][: saved["train_labels"]], unseen="keep", scheme=scheme)
@@ -166,11 +166,11 @@ def write_payloads(args: argparse.Namespace, out: Path) -> list[Path]:
     """Each task's splits, for every encoder, as the current code loads them: one file a task."""
     from omegaconf import OmegaConf
 
-    from elmolab.config import section
-    from elmolab.params import compose_params
+    from elmolab.core.config import section
+    from elmolab.core.params import compose_params
+    from elmolab.core.schema import ExtractConfig, GridConfig, ProbeSettings
+    from elmolab.data.catalogue import data_catalog
     from elmolab.probing.runner import feature_modes, load_splits
-    from elmolab.probing.tasks import data_catalog
-    from elmolab.schema import ExtractConfig, GridConfig, ProbeSettings
 
     cfg = OmegaConf.create(compose_params(ROOT / "conf"))
     OmegaConf.update(cfg, "probe.features_dir", str(args.features))
@@ -328,7 +328,7 @@ def main() -> None:
         worker(args)
         return
 
-    from elmolab.hardware import cpu_model
+    from elmolab.core.hardware import cpu_model
 
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; each side one process, one thread")

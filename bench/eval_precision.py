@@ -25,10 +25,10 @@ import lightning.pytorch as pl
 import torch
 from omegaconf import OmegaConf
 
-from elmolab.config import section
-from elmolab.hardware import choose_precision, cpu_model, native_bf16_flags
+from elmolab.core.config import section
+from elmolab.core.hardware import choose_precision, cpu_model, native_bf16_flags
+from elmolab.core.schema import ModelConfig, PretrainConfig
 from elmolab.models.bilm_tf import load_bilm_from_checkpoint
-from elmolab.schema import ModelConfig, PretrainConfig
 from elmolab.text.vocab import Vocabulary
 from elmolab.training.data import LMDataModule
 from elmolab.training.pretrain import make_module
@@ -72,7 +72,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     if "OMP_WAIT_POLICY" not in os.environ:
-        # As the stages run (elmolab.openmp): idle OpenMP threads spin. OpenMP reads the
+        # As the stages run (elmolab.core.openmp): idle OpenMP threads spin. OpenMP reads the
         # variable when torch loads, so the script restarts itself with it.
         os.environ["OMP_WAIT_POLICY"] = "ACTIVE"
         os.execv(sys.executable, [sys.executable, *sys.argv])

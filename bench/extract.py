@@ -3,9 +3,10 @@
 Runs ``elmolab.stages.extract.extract_split`` (what the stage runs: the biLM stateless over the
 length-sorted sentences, float16 feature files written) on one split of a probing dataset with
 each batch size, interleaved over ``--rounds`` rounds (each size's best time counts), on
-``--threads`` threads with idle OpenMP threads spinning, as in the stage (``elmolab.openmp``). It
-prints each size's time and words/s, its speed against the first size, and the largest difference
-of its features from the first size's (the matrix products' rounding depends on the batch shape).
+``--threads`` threads with idle OpenMP threads spinning, as in the stage
+(``elmolab.core.openmp``). It prints each size's time and words/s, its speed against the first
+size, and the largest difference of its features from the first size's (the matrix products'
+rounding depends on the batch shape).
 
 The encoder is the trained biLM (``--model``, default ``artifacts/bilm``) when it exists, else one
 with the CPU default's shape and random weights (the speed does not depend on the weights).
@@ -21,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from elmolab.openmp import spin_idle_threads
+from elmolab.core.openmp import spin_idle_threads
 
 spin_idle_threads()  # before torch loads, as the stage does
 
@@ -29,14 +30,14 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from elmolab.config import section  # noqa: E402
-from elmolab.hardware import cpu_model  # noqa: E402
+from elmolab.core.config import section  # noqa: E402
+from elmolab.core.hardware import cpu_model  # noqa: E402
+from elmolab.core.params import compose_params  # noqa: E402
+from elmolab.core.schema import ExtractConfig, ModelConfig  # noqa: E402
+from elmolab.data.catalogue import data_catalog  # noqa: E402
 from elmolab.io.features import read_features  # noqa: E402
 from elmolab.models.bilm import BiLM, BiLMOptions  # noqa: E402
 from elmolab.models.encoder_files import load_encoder  # noqa: E402
-from elmolab.params import compose_params  # noqa: E402
-from elmolab.probing.tasks import data_catalog  # noqa: E402
-from elmolab.schema import ExtractConfig, ModelConfig  # noqa: E402
 from elmolab.stages.extract import extract_split  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

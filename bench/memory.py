@@ -62,7 +62,7 @@ def run_stages(overrides: list[str]) -> list[tuple[str, float, float]]:
     with tempfile.TemporaryDirectory(prefix="elmolab-memory-") as scratch:
         work = Path(scratch)
         (work / "data").symlink_to(ROOT / "data")
-        compose = [sys.executable, "-m", "elmolab.params", "--conf", str(ROOT / "conf")]
+        compose = [sys.executable, "-m", "elmolab.core.params", "--conf", str(ROOT / "conf")]
         subprocess.run([*compose, *overrides], cwd=work, check=True)
         params = yaml.safe_load((work / "params.yaml").read_text(encoding="utf-8"))
         for name, command in stage_commands(params):

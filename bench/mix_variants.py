@@ -23,16 +23,16 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from elmolab.config import section
-from elmolab.hardware import cpu_model
+from elmolab.core.config import section
+from elmolab.core.hardware import cpu_model
+from elmolab.core.params import compose_params
+from elmolab.core.schema import ExtractConfig, GridConfig, ProbeSettings
+from elmolab.data.catalogue import data_catalog
 from elmolab.io.results import FeatureMode
-from elmolab.params import compose_params
 from elmolab.probing.engine import train_heads
 from elmolab.probing.probes import Head
 from elmolab.probing.runner import load_splits
 from elmolab.probing.settings import probe_precision
-from elmolab.probing.tasks import data_catalog
-from elmolab.schema import ExtractConfig, GridConfig, ProbeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 

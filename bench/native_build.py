@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from elmolab import native
-from elmolab.hardware import cpu_model
+from elmolab.core.hardware import cpu_model
 
 
 def build_seconds(compiler: str, capability: str, jobs: int) -> float:

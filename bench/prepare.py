@@ -24,8 +24,8 @@ _CHILD = textwrap.dedent(
     from pathlib import Path
     import yaml
     from omegaconf import OmegaConf
-    from elmolab.config import section
-    from elmolab.params import compose_params
+    from elmolab.core.config import section
+    from elmolab.core.params import compose_params
     from elmolab.stages.prepare import CorpusConfig, prepare_corpus
 
     copies, out = int(sys.argv[1]), Path(sys.argv[2])

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from elmolab.hardware import cpu_model  # noqa: E402
+from elmolab.core.hardware import cpu_model  # noqa: E402
 
 ADAM = [
     "pretrain.optimizer._target_=torch.optim.Adam",

@@ -57,9 +57,18 @@ from omegaconf import OmegaConf
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from elmolab.config import section
-from elmolab.hardware import cpu_model
-from elmolab.params import compose_params
+from elmolab.core.config import section
+from elmolab.core.hardware import cpu_model
+from elmolab.core.params import compose_params
+from elmolab.core.schema import (
+    PRECISIONS,
+    ExtractConfig,
+    GridConfig,
+    ProbeSettings,
+    TaskConfig,
+    TaskKind,
+)
+from elmolab.data.catalogue import data_catalog
 from elmolab.probing.engine import (
     ArcProbes,
     FitTrace,
@@ -71,15 +80,6 @@ from elmolab.probing.engine import (
 from elmolab.probing.jobs import layer0_twins, plan_jobs, training_subset
 from elmolab.probing.runner import feature_modes, load_splits, run_cell
 from elmolab.probing.settings import Schedule, probe_dtype, probe_precision
-from elmolab.probing.tasks import data_catalog
-from elmolab.schema import (
-    PRECISIONS,
-    ExtractConfig,
-    GridConfig,
-    ProbeSettings,
-    TaskConfig,
-    TaskKind,
-)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -251,7 +251,11 @@ def startup_seconds() -> float:
     """A cell process's start: the interpreter and the probe stage's imports."""
     started = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-c", "import elmolab.probing.runner, elmolab.tracking, torchmetrics"],
+        [
+            sys.executable,
+            "-c",
+            "import elmolab.probing.runner, elmolab.core.tracking, torchmetrics",
+        ],
         check=True,
     )
     return time.perf_counter() - started

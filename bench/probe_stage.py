@@ -27,8 +27,8 @@ from pathlib import Path
 
 import yaml
 
-from elmolab.hardware import cpu_model
-from elmolab.params import compose_params
+from elmolab.core.hardware import cpu_model
+from elmolab.core.params import compose_params
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -60,18 +60,18 @@ import yaml
 from omegaconf import OmegaConf
 
 from elmolab import native
-from elmolab.config import section
-from elmolab.hardware import choose_precision, cpu_model, native_bf16_flags
+from elmolab.core.config import section
+from elmolab.core.hardware import choose_precision, cpu_model, native_bf16_flags
+from elmolab.core.params import compose_params
+from elmolab.core.schema import ModelConfig, PretrainConfig
 from elmolab.models.char_cnn import length_chunks, token_lengths
-from elmolab.params import compose_params
-from elmolab.schema import ModelConfig, PretrainConfig
 from elmolab.text.vocab import Vocabulary
 from elmolab.training.data import LMDataModule
 from elmolab.training.pretrain import make_module
 
 ROOT = Path(__file__).resolve().parents[1]
-# What the pretrain stage runs with under make: spinning OpenMP threads (elmolab.openmp) and the
-# Makefile's glibc settings, which keep large buffers mapped between steps.
+# What the pretrain stage runs with under make: spinning OpenMP threads (elmolab.core.openmp)
+# and the Makefile's glibc settings, which keep large buffers mapped between steps.
 MAKE_ENVIRONMENT = {
     "OMP_WAIT_POLICY": "ACTIVE",
     "MALLOC_MMAP_THRESHOLD_": "1073741824",
@@ -244,8 +244,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     if any(name not in os.environ for name in MAKE_ENVIRONMENT):
-        # As the pretrain stage runs under make (elmolab.openmp, the Makefile): OpenMP and glibc
-        # read these when the process starts, so the script restarts itself with them.
+        # As the pretrain stage runs under make (elmolab.core.openmp, the Makefile): OpenMP
+        # and glibc read these when the process starts, so the script restarts itself with them.
         for name, value in MAKE_ENVIRONMENT.items():
             os.environ.setdefault(name, value)
         os.execv(sys.executable, [sys.executable, *sys.argv])

@@ -52,7 +52,7 @@ def pytest_configure(config):
 def expect_error(call, path, line, problem: str) -> None:
     """``call()`` raises an ElmolabError of one line, ``path:line: ...problem...``, that names
     ``path`` and ``line`` (None: not given) as its attributes too."""
-    from elmolab.errors import ElmolabError
+    from elmolab.core.errors import ElmolabError
 
     with pytest.raises(ElmolabError) as caught:
         call()
@@ -68,8 +68,8 @@ def default_probe_settings():
     """``probe`` as ``conf/probe/default.yaml`` sets it (the only place its values live)."""
     from omegaconf import OmegaConf
 
-    from elmolab.config import section
-    from elmolab.schema import ProbeSettings
+    from elmolab.core.config import section
+    from elmolab.core.schema import ProbeSettings
 
     conf = Path(__file__).resolve().parents[1] / "conf"
     cfg = OmegaConf.create({"paths": {"artifacts": "artifacts", "data": "data"}})

@@ -11,11 +11,11 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from elmolab.config import apply_overrides, check_config, load_params, section
-from elmolab.errors import ElmolabError
-from elmolab.params import CompositionError, check_params, compose_params, differing_keys
-from elmolab.probing.tasks import check_task
-from elmolab.schema import SECTIONS, CorpusConfig, GridConfig, TaskConfig
+from elmolab.core.config import apply_overrides, check_config, load_params, section
+from elmolab.core.errors import ElmolabError
+from elmolab.core.params import CompositionError, check_params, compose_params, differing_keys
+from elmolab.core.schema import SECTIONS, CorpusConfig, GridConfig, TaskConfig
+from elmolab.data.catalogue import check_task
 from tests.conftest import expect_error
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +56,7 @@ def test_differing_keys_are_the_leaves_that_differ_in_the_composed_order():
 def test_params_check_fails_in_one_line(tmp_path):
     params = tmp_path / "params.yaml"
     params.write_text(compose_params(CONF).replace("seed: 1\n", "seed: 2\n", 1), encoding="utf-8")
-    check = ["-m", "elmolab.params", "--check", "--conf", str(CONF), "--out", str(params)]
+    check = ["-m", "elmolab.core.params", "--check", "--conf", str(CONF), "--out", str(params)]
     proc = subprocess.run([sys.executable, *check], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stdout == ""
     assert re.fullmatch(
@@ -93,7 +93,7 @@ def test_params_overrides_set_existing_keys_only(tmp_path):
     "preset", [None, *sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))]
 )
 def test_the_schema_mirrors_every_section_of_the_composed_config(preset):
-    """Every preset composes; elmolab.schema has a schema for every top-level key of its
+    """Every preset composes; elmolab.core.schema has a schema for every top-level key of its
     composition, and params.yaml as written passes the check composition ran."""
     overrides = [] if preset is None else [f"experiment={preset}"]
     cfg = OmegaConf.create(yaml.safe_load(compose_params(CONF, overrides)))
@@ -114,8 +114,8 @@ BAD_LR = f"conf/config.yaml with probe.lr=abc: {BAD_LR_PROBLEM}"
         ("seed=abc", "seed: expected an integer, got 'abc'"),
         # int | None: OmegaConf reads it as an optional integer
         ("corpus.vocab_max_size=many", "corpus.vocab_max_size: expected an integer, got 'many'"),
-        ("probe.lrr=1", "probe.lrr: unknown key (elmolab/schema.py has no such setting)"),
-        ("+probe.lrr=1", "probe.lrr: unknown key (elmolab/schema.py has no such setting)"),
+        ("probe.lrr=1", "probe.lrr: unknown key (elmolab/core/schema.py has no such setting)"),
+        ("+probe.lrr=1", "probe.lrr: unknown key (elmolab/core/schema.py has no such setting)"),
         ("+extra=1", "extra: not a section of the configuration"),
         ("probe.lr=-1", "probe.lr must be positive, got -1.0"),  # the section's own check()
         (
@@ -138,7 +138,7 @@ def test_make_params_fails_in_one_line_and_leaves_the_file(tmp_path):
     out = tmp_path / "params.yaml"
     out.write_text("before\n", encoding="utf-8")
     proc = subprocess.run(
-        [sys.executable, "-m", "elmolab.params", "probe.lr=abc", "--out", str(out)],
+        [sys.executable, "-m", "elmolab.core.params", "probe.lr=abc", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -21,7 +21,7 @@ import torch
 from conftest import expect_error
 
 from elmolab import Elmo, batch_to_ids
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 
 REFERENCE = Path(__file__).parent / "fixtures" / "allennlp_elmo_reference.npz"
 ATOL = 1e-5  # the acceptance tolerance; measured: 1.5e-6 at most

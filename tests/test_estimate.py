@@ -14,7 +14,8 @@ from conftest import expect_error
 from dvc.repo import Repo
 from omegaconf import OmegaConf
 
-from elmolab.estimate import (
+from elmolab.core.hardware import choose_precision
+from elmolab.launch.estimate import (
     NATIVE_BF16_MINUTES,
     NATIVE_BF16_STUDY_MINUTES,
     NO_BF16_STUDY_MINUTES,
@@ -26,7 +27,6 @@ from elmolab.estimate import (
     stages_to_run,
     summary,
 )
-from elmolab.hardware import choose_precision
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = [stage for group in NATIVE_BF16_MINUTES for stage in group]

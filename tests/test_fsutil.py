@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from elmolab.fsutil import atomic_dir, atomic_path, write_json
+from elmolab.core.fsutil import atomic_dir, atomic_path, write_json
 
 # A child process that starts writing ``target`` (a file or a folder) and is killed half-way.
 KILLED_WRITER = """
 import sys
 from pathlib import Path
-from elmolab.failpoints import failpoint
-from elmolab.fsutil import atomic_dir, atomic_path
+from elmolab.core.failpoints import failpoint
+from elmolab.core.fsutil import atomic_dir, atomic_path
 
 kind, target = sys.argv[1], Path(sys.argv[2])
 if kind == "file":
@@ -77,7 +77,7 @@ def test_other_outputs_temporaries_are_left_alone(tmp_path: Path) -> None:
 
 
 def test_a_failpoint_fires_on_its_nth_hit_only(tmp_path: Path) -> None:
-    script = "from elmolab.failpoints import failpoint\nfor i in range(5):\n"
+    script = "from elmolab.core.failpoints import failpoint\nfor i in range(5):\n"
     script += "    print(i, flush=True)\n    failpoint('loop')\n"
     env = {**os.environ, "ELMOLAB_FAILPOINT": "loop:3"}
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)

@@ -11,24 +11,18 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Bottom to top; a package name covers its modules.
 LAYERS = (
-    # foundations: errors, files, configuration, run tracking
-    (
-        "elmolab.errors",
-        "elmolab.fsutil",
-        "elmolab.failpoints",
-        "elmolab.hardware",
-        "elmolab.openmp",
-        "elmolab.native",
-    ),
-    # the configuration: its schema (one dataclass per conf/ section), loading it, composing it;
-    # what a run of it will take on this machine
-    ("elmolab.schema", "elmolab.config", "elmolab.params", "elmolab.tracking", "elmolab.estimate"),
-    # data formats: corpora, CoNLL, WSD, characters, vocabularies, feature files
-    ("elmolab.text", "elmolab.io"),
+    # infrastructure (elmolab.core): errors, files, the hardware, the configuration, its schema
+    # and composition, run tracking; the native kernels
+    ("elmolab.core", "elmolab.native"),
+    # data formats: corpora, characters, vocabularies, feature files, the labelled datasets'
+    # formats (CoNLL columns, SST trees, WSD XML)
+    ("elmolab.text", "elmolab.io", "elmolab.data"),
     # the network, and its weight files
     ("elmolab.models",),
-    # what is done with it: pretraining, features, nearest neighbours, probes
+    # what is done with it: the catalogue of labelled datasets, pretraining, features, nearest
+    # neighbours, probes
     (
+        "elmolab.data.catalogue",
         "elmolab.training",
         "elmolab.embed",
         "elmolab.elmo",
@@ -36,9 +30,9 @@ LAYERS = (
         "elmolab.probing",
     ),
     # the report and the task model: libraries the stages use
-    ("elmolab.report", "elmolab.taskmodel", "elmolab.wandb_report"),
-    # the stages (one module each) and the command lines: elmolab's, make smoke's quick look
-    ("elmolab.stages", "elmolab.cli", "elmolab.quicklook"),
+    ("elmolab.report", "elmolab.taskmodel"),
+    # the stages (one module each), the command line, and what make runs around dvc repro
+    ("elmolab.stages", "elmolab.cli", "elmolab.launch"),
 )
 
 
@@ -51,7 +45,7 @@ PROBING_LAYERS = (
         "elmolab.probing.datasets",
         "elmolab.probing.metrics",
         "elmolab.probing.trees",
-        "elmolab.probing.tasks",
+        "elmolab.data.catalogue",
         "elmolab.probing.wsd",
     ),
     ("elmolab.probing.probes",),  # the reference: one probe, one module, and fit()
@@ -75,6 +69,7 @@ REPORT_LAYERS = (
     ("elmolab.report.sections",),  # all the sections: what the templates render, summary.json
     ("elmolab.report.figures", "elmolab.report.writers"),  # the renderings
     ("elmolab.report.build",),  # gather the inputs, write every file
+    ("elmolab.report.wandb_report",),  # the W&B workspace of a finished run
 )
 
 
@@ -83,9 +78,15 @@ def layer_of(
 ) -> int:
     if module == package:  # the package itself, above every layer: it re-exports the public API
         return len(layers)
-    for number, members in enumerate(layers):
-        if any(module == m or module.startswith(m + ".") for m in members):
-            return number
+    # The most specific name decides: a module of a package may sit above its package's others.
+    matches = [
+        (len(m), number)
+        for number, members in enumerate(layers)
+        for m in members
+        if module == m or module.startswith(m + ".")
+    ]
+    if matches:
+        return max(matches)[1]
     raise KeyError(f"{module} is in no layer: add it to LAYERS (and docs/architecture.md)")
 
 

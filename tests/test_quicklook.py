@@ -1,6 +1,7 @@
-"""The quick look's workspace (``elmolab.quicklook``): the working tree copied as it stands, kept
-exactly up to date by the next copy even after one killed half-way, with DVC settings that share
-the project's cache and remotes. ``make smoke`` itself runs in tests/stages/test_pipeline_e2e.py.
+"""The quick look's workspace (``elmolab.launch.quicklook``): the working tree copied as it
+stands, kept exactly up to date by the next copy even after one killed half-way, with DVC
+settings that share the project's cache and remotes. ``make smoke`` itself runs in
+tests/stages/test_pipeline_e2e.py.
 """
 
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from elmolab.quicklook import CACHE_TYPE, COPIED, configure_dvc, copy_tree, tree_files
+from elmolab.launch.quicklook import CACHE_TYPE, COPIED, configure_dvc, copy_tree, tree_files
 
 COMMITTED = {
     ".gitignore": "/artifacts/\n",
@@ -76,7 +77,7 @@ def test_the_workspace_is_the_working_tree_with_its_own_params_lock_and_artifact
 KILLED_COPY = """
 import sys
 from pathlib import Path
-from elmolab.quicklook import copy_tree, tree_files
+from elmolab.launch.quicklook import copy_tree, tree_files
 
 root, workspace = Path(sys.argv[1]), Path(sys.argv[2])
 copy_tree(root, workspace, tree_files(root))

@@ -1,4 +1,4 @@
-"""A full disk and exhausted memory become one line (``elmolab.errors.resource_error``); HDF5
+"""A full disk and exhausted memory become one line (``elmolab.core.errors.resource_error``); HDF5
 files written through ``atomic_hdf5`` report a full disk where it happens and never crash."""
 
 import errno
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from elmolab.errors import resource_error
+from elmolab.core.errors import resource_error
 
 HDF5_TEXT = (
     "Can't decrement id ref count (file write failed: time = Sun Dec  6 14:20:01 2026\n, "
@@ -68,7 +68,7 @@ WRITE_UNTIL_FULL = """
 import errno, sys
 import numpy as np
 from pathlib import Path
-from elmolab.fsutil import atomic_hdf5
+from elmolab.core.fsutil import atomic_hdf5
 target = Path(sys.argv[1]) / "out.hdf5"
 try:
     with atomic_hdf5(target) as out:

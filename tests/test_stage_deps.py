@@ -33,9 +33,9 @@ def _dvc_yaml_with(tmp_path: Path, stage: str, remove: str = "", add: str = "") 
 
 
 def test_a_module_missing_from_a_stage_is_named(tmp_path: Path) -> None:
-    dvc_yaml = _dvc_yaml_with(tmp_path, "probe", remove="src/elmolab/tracking.py")
+    dvc_yaml = _dvc_yaml_with(tmp_path, "probe", remove="src/elmolab/core/tracking.py")
     assert problems(dvc_yaml) == [
-        "stage probe@*: imports src/elmolab/tracking.py, not in dvc.yaml deps"
+        "stage probe@*: imports src/elmolab/core/tracking.py, not in dvc.yaml deps"
     ]
 
 

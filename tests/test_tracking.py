@@ -11,9 +11,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from elmolab import tracking
-from elmolab.params import compose_params
-from elmolab.tracking import TrackedRun, init_run, metric_key, redact, run_tags
+from elmolab.core import tracking
+from elmolab.core.params import compose_params
+from elmolab.core.tracking import TrackedRun, init_run, metric_key, redact, run_tags
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,7 +23,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from elmolab.config import load_params
+from elmolab.core.config import load_params
 from elmolab.report.collect import Display
 from elmolab.report.format import p_equals, pct
 

@@ -28,8 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
-from elmolab.errors import ElmolabError
-from elmolab.fsutil import atomic_path
+from elmolab.core.errors import ElmolabError
+from elmolab.core.fsutil import atomic_path
 
 
 class NpmPackage(NamedTuple):

@@ -15,8 +15,8 @@ from typing import NamedTuple
 
 import torch
 
+from elmolab.core.errors import ElmolabError, resource_errors_named
 from elmolab.embed import DEFAULT_BATCH_SIZE, embed_file
-from elmolab.errors import ElmolabError, resource_errors_named
 from elmolab.io.features import LAYER_MODES, STORAGE_DTYPES
 from elmolab.models.bilm_tf import load_bilm, load_bilm_from_checkpoint
 

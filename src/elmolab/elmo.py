@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.io.results import FeatureMode
 from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.models.bilm_tf import load_bilm_weights

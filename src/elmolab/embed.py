@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.io.features import open_feature_writer
 from elmolab.models.bilm import BiLM
 from elmolab.models.char_cnn import CharCNN

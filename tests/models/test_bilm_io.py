@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.io.features import open_feature_writer, read_features
 from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.models.bilm_tf import (

@@ -6,7 +6,7 @@ import pytest
 import torch
 from fixtures.workspace import FIXTURE_OPTIONS
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.models.bilm_tf import load_bilm, load_bilm_from_checkpoint, save_bilm_checkpoint
 from elmolab.models.controls import token_layer_digest

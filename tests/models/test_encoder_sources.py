@@ -23,15 +23,15 @@ import torch
 from fixtures.workspace import DIM, ROOT, compose, write_mini_data
 from omegaconf import DictConfig, OmegaConf
 
-from elmolab.config import section
+from elmolab.core.config import section
+from elmolab.core.errors import ElmolabError
+from elmolab.core.schema import ExtractConfig, ProbeSettings
+from elmolab.data.catalogue import data_catalog, read_split_features
 from elmolab.embed import embed_sentences
-from elmolab.errors import ElmolabError
 from elmolab.io.features import summary_path
 from elmolab.models.bilm import BiLM
 from elmolab.models.encoder_files import encoder_files, load_encoder
 from elmolab.probing.runner import run_cell
-from elmolab.probing.tasks import data_catalog, read_split_features
-from elmolab.schema import ExtractConfig, ProbeSettings
 from elmolab.stages.extract import extract
 from elmolab.stages.probe import grid_task
 
@@ -341,7 +341,7 @@ def test_a_bad_external_encoder_fails_when_the_config_is_read(
 
 
 def test_an_external_study_reads_and_writes_its_own_folder_only() -> None:
-    from elmolab.config import external_study
+    from elmolab.core.config import external_study
 
     cfg = OmegaConf.load(ROOT / "params.yaml")
     cfg.extract.external = {"elmo_small": "models/elmo_small"}

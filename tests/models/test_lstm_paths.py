@@ -24,7 +24,7 @@ import torch
 
 from elmolab import native as native_module
 from elmolab.cli import main
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.models.bilm_tf import export_bilm, load_bilm
 from elmolab.models.lstm import LstmStack, LstmState, LstmWithProjection, choose_lstm_path

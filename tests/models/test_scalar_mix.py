@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.models.scalar_mix import (
     FeatureMode,
     HeadMix,

@@ -9,11 +9,11 @@ import pytest
 import torch
 from conftest import default_probe_settings
 
+from elmolab.core.schema import TaskKind
 from elmolab.io.results import FeatureMode
 from elmolab.probing import FeatureDataset, Head, LabelVocabulary, train_heads
 from elmolab.probing.engine import online_code_block
 from elmolab.probing.jobs import online_code_blocks, plan_jobs
-from elmolab.schema import TaskKind
 
 LABELS = ["A", "B", "C", "D"]
 VOCABULARY = LabelVocabulary(LABELS)

@@ -14,6 +14,7 @@ from test_probes import _split as token_split
 from test_trees import FAST as TREE_FAST
 from test_trees import _split as tree_split
 
+from elmolab.core.schema import SPLIT_ROLES
 from elmolab.io.results import FeatureMode
 from elmolab.probing.engine import train_heads
 from elmolab.probing.metrics import LabelVocabulary
@@ -27,7 +28,6 @@ from elmolab.probing.probes import (
 )
 from elmolab.probing.settings import Schedule
 from elmolab.probing.trees import GoldTrees, tree_distances
-from elmolab.schema import SPLIT_ROLES
 
 MODES = ["layer0", "layer1", "mean", "scalar_mix", "concat"]
 

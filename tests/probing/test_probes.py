@@ -11,7 +11,8 @@ from conftest import default_probe_settings
 from seqeval.metrics.sequence_labeling import get_entities
 from torch.nn import functional as F
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
+from elmolab.data.conll import TagScheme, spans_to_tags
 from elmolab.io.results import FeatureMode
 from elmolab.probing import (
     ControlTask,
@@ -26,7 +27,6 @@ from elmolab.probing.engine import TokenProbes
 from elmolab.probing.metrics import span_f1
 from elmolab.probing.probes import made_progress
 from elmolab.probing.settings import Schedule
-from elmolab.text.conll import TagScheme, spans_to_tags
 
 LABELS = ["ADJ", "NOUN", "VERB"]
 FAST = dataclasses.replace(
@@ -457,7 +457,7 @@ def test_bf16_mixed_probes_learn_as_float32_ones_do(pair: bool) -> None:
 
 
 def test_probe_precision_auto_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    from elmolab import hardware
+    from elmolab.core import hardware
     from elmolab.probing.settings import probe_precision
 
     auto = dataclasses.replace(FAST, precision="auto")

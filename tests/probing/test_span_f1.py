@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from elmolab.data.conll import TagScheme, read_columns, read_conll2000, read_wnut17
 from elmolab.probing.metrics import (
     LabelVocabulary,
     accuracy,
@@ -13,7 +14,6 @@ from elmolab.probing.metrics import (
     task_score,
     untyped_span_f1,
 )
-from elmolab.text.conll import TagScheme, read_columns, read_conll2000, read_wnut17
 
 
 def _f1(precision: float, recall: float) -> float:

@@ -11,7 +11,7 @@ import torch
 from conftest import default_probe_settings
 from scipy.stats import spearmanr
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.io.results import FeatureMode
 from elmolab.probing.datasets import TreeDataset
 from elmolab.probing.engine import ProbeResult, StructuralGold, train_heads

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.probing.wsd import (
     first_sense_keys,
     fit_sense_centroids,

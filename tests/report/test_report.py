@@ -37,11 +37,12 @@ from fixtures.report.fake_artifacts import (
 from omegaconf import OmegaConf
 from scipy import stats as scipy_stats
 
-from elmolab.config import section
-from elmolab.errors import ElmolabError
+from elmolab.core.config import section
+from elmolab.core.errors import ElmolabError
+from elmolab.core.params import compose_params
+from elmolab.core.schema import PolysemyConfig, ReportConfig
 from elmolab.io.polysemy import lexname
-from elmolab.params import compose_params
-from elmolab.polysemy import parse_example
+from elmolab.polysemy.neighbours import parse_example
 from elmolab.report import build as build_module
 from elmolab.report import writers
 from elmolab.report.build import code_version
@@ -53,7 +54,6 @@ from elmolab.report.stats import (
     paired_t_test,
     selectivities,
 )
-from elmolab.schema import PolysemyConfig, ReportConfig
 from elmolab.stages import report as report_stage
 
 ROOT = Path(__file__).resolve().parents[2]

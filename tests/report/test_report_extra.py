@@ -22,7 +22,7 @@ from fixtures.report.fake_artifacts import (
     write_semcor,
 )
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.report import sections, write_report
 from elmolab.report.collect import (
     PerSentence,

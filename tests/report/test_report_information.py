@@ -21,7 +21,7 @@ from fixtures.report.fake_artifacts import (
 )
 from scipy import stats as scipy_stats
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.report import sections
 from elmolab.report.collect import collect, read_online_codes, read_probe_runs
 

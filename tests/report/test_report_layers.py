@@ -24,12 +24,12 @@ from fixtures.report.fake_artifacts import (
 from omegaconf import OmegaConf
 from scipy import stats as scipy_stats
 
-from elmolab.config import section
-from elmolab.errors import ElmolabError
+from elmolab.core.config import section
+from elmolab.core.errors import ElmolabError
+from elmolab.core.schema import ReportConfig
 from elmolab.report import gather, sections
 from elmolab.report.collect import ProbeRun
 from elmolab.report.stats import group_cells, layer_gaps, paired_bootstrap
-from elmolab.schema import ReportConfig
 
 ALPHA = 0.05
 SAMPLES = 2000  # conf/report/default.yaml's bootstrap_samples, which build_report uses

@@ -22,13 +22,13 @@ from fixtures.report.fake_artifacts import (
 )
 from omegaconf import DictConfig, OmegaConf
 
-from elmolab.config import section
-from elmolab.params import compose_params
+from elmolab.core.config import section
+from elmolab.core.params import compose_params
+from elmolab.core.schema import ReportConfig
 from elmolab.report import figures, gather, sections, write_report
 from elmolab.report.collect import Display, Expected, Pretraining, collect
 from elmolab.report.format import NO_VERDICT, token_count
 from elmolab.report.layout import Table
-from elmolab.schema import ReportConfig
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 VAL_PPL, UNIGRAM_PPL = 1275.3, 268.0  # a smoke run's biLM after 60 steps, and the unigram model

@@ -5,7 +5,7 @@ import shutil
 import pytest
 from fixtures.report.fake_artifacts import DISPLAY, EXPECTED, write_probe_runs
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.report.collect import collect, probe_roots
 
 

@@ -8,9 +8,9 @@ wr = pytest.importorskip("wandb_workspaces.reports.v2", reason="needs the report
 
 from fixtures.report.fake_artifacts import write_probe_runs  # noqa: E402
 
-from elmolab.errors import ElmolabError  # noqa: E402
-from elmolab.tracking import PRETRAIN_CURVES, PRETRAIN_STEP, mix_keys  # noqa: E402
-from elmolab.wandb_report import (  # noqa: E402
+from elmolab.core.errors import ElmolabError  # noqa: E402
+from elmolab.core.tracking import PRETRAIN_CURVES, PRETRAIN_STEP, mix_keys  # noqa: E402
+from elmolab.report.wandb_report import (  # noqa: E402
     build_report,
     main,
     study_display,

@@ -17,8 +17,8 @@ import pytest
 import yaml
 from fixtures.workspace import CONF, write_mini_data, write_tiny_encoders
 
+from elmolab.core.params import compose_params
 from elmolab.io.results import reproducible_results
-from elmolab.params import compose_params
 
 ROOT = Path(__file__).resolve().parents[2]
 # Two stages several times on mini data, in subprocesses: about 2 minutes on a 2-core machine.

@@ -14,15 +14,20 @@ import torch
 from fixtures.workspace import DIM, SENTENCES, make_workspace
 from omegaconf import DictConfig
 
-from elmolab.config import section
+from elmolab.core.config import section
+from elmolab.core.errors import ElmolabError
+from elmolab.core.schema import ExtractConfig
+from elmolab.data.catalogue import (
+    data_catalog,
+    dataset_digest,
+    multiword_parts,
+    read_split_features,
+)
+from elmolab.data.conll import LOOSE_BEGINS
 from elmolab.embed import embed_sentences
-from elmolab.errors import ElmolabError
 from elmolab.io.features import DATASET_DIGEST, feature_path, read_features, units_path
 from elmolab.models.encoder_files import load_encoder
-from elmolab.probing.tasks import data_catalog, dataset_digest, multiword_parts, read_split_features
-from elmolab.schema import ExtractConfig
 from elmolab.stages.extract import extract, extract_split
-from elmolab.text.conll import LOOSE_BEGINS
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ Two checkouts run ``dvc repro`` with ``experiment=smoke``:
   results (``tools/compare_runs.py``), and two queued experiments run at once
   (``dvc exp run --queue`` + ``dvc queue start --jobs 2``) each equal the same settings run
   alone.
-- ``killed``: the same pipeline, but SIGKILLed (failpoints, ``elmolab.failpoints``) mid-epoch,
+- ``killed``: the same pipeline, but SIGKILLed (failpoints, ``elmolab.core.failpoints``) mid-epoch,
   between a checkpoint's temporary file and its rename, mid-validation, and between two extracted
   splits, each time followed by ``dvc repro``. Training resumes from the last complete
   checkpoint, every metric equals the clean run's (same seed, same machine: the pipeline is
@@ -31,8 +31,8 @@ import pytest
 import torch
 import yaml
 
+from elmolab.core.params import compose_params
 from elmolab.io.results import reproducible_results
-from elmolab.params import compose_params
 
 # Each test runs whole DVC pipelines (the queued-experiments test two of them, about 10 minutes on
 # a slow 2-core CPU): a hang is still caught, a slow machine is not failed for being slow.
@@ -78,7 +78,7 @@ def make_checkout(dest: Path, preset: str | None = SMOKE) -> Path:
     _run(["dvc", "remote", "modify", "--local", "store", "url", str(_remote_store())], dest)
     _run(["dvc", "pull", "-q", "data.dvc"], dest)
     if preset is not None:
-        _run([sys.executable, "-m", "elmolab.params", preset], dest)
+        _run([sys.executable, "-m", "elmolab.core.params", preset], dest)
     _commit(dest, "checkout")
     return dest
 
@@ -128,7 +128,7 @@ def test_a_changed_probe_setting_reruns_only_the_probes_and_the_report(clean: Pa
     params = yaml.safe_load((clean / "params.yaml").read_text())
     lr = params["probe"]["lr"]
     try:
-        _run([sys.executable, "-m", "elmolab.params", SMOKE, f"probe.lr={lr * 2}"], clean)
+        _run([sys.executable, "-m", "elmolab.core.params", SMOKE, f"probe.lr={lr * 2}"], clean)
         stages = _stages_run(_run(["dvc", "repro"], clean))
     finally:
         _run(["git", "checkout", "HEAD", "--", "params.yaml", "dvc.lock"], clean)
@@ -184,7 +184,7 @@ def test_a_new_dataset_and_task_rerun_only_their_stages_and_the_report(
         text.replace("  - _self_", "  - /tasks@tasks.chunk_columns: chunk_columns\n  - _self_"),
         encoding="utf-8",
     )
-    _run([sys.executable, "-m", "elmolab.params", SMOKE], repo)
+    _run([sys.executable, "-m", "elmolab.core.params", SMOKE], repo)
 
     ran = _stages_run(_run(["dvc", "repro"], repo))
     assert ran == ["extract@chunks_columns", "probe@chunk_columns", "report"]
@@ -194,7 +194,7 @@ def test_a_new_dataset_and_task_rerun_only_their_stages_and_the_report(
         "chunk_columns",
     }
     assert "chunk_columns" in (repo / "artifacts" / "report" / "index.html").read_text()
-    from elmolab.wandb_report import tasks_in_results
+    from elmolab.report.wandb_report import tasks_in_results
 
     assert "chunk_columns" in tasks_in_results(repo / "artifacts" / "probes")
     # The old cells' results are untouched: the same numbers as before.
@@ -210,7 +210,7 @@ def test_an_external_encoder_is_extracted_probed_and_reported_without_pretrainin
     probe cell per task and its report, and no stage of the pretrained study."""
     repo = make_checkout(tmp_path)
     fixture = "+extract.external.fixture=data/reference/elmo_fixture"
-    _run([sys.executable, "-m", "elmolab.params", SMOKE, fixture], repo)
+    _run([sys.executable, "-m", "elmolab.core.params", SMOKE, fixture], repo)
     tasks = yaml.safe_load((repo / "params.yaml").read_text())["grid"]["tasks"]
 
     ran = _stages_run(_run(["dvc", "repro", "report_external@fixture"], repo))
@@ -274,7 +274,7 @@ def test_two_queued_experiments_run_at_once_each_equal_to_its_run_alone(
         _run(["dvc", "checkout", "-q"], queued)
         alone = tmp_path / f"alone-{lr}"
         shutil.copytree(clean, alone, symlinks=True)
-        _run([sys.executable, "-m", "elmolab.params", SMOKE, f"probe.lr={lr}"], alone)
+        _run([sys.executable, "-m", "elmolab.core.params", SMOKE, f"probe.lr={lr}"], alone)
         _run(["dvc", "repro"], alone)
         compare = [sys.executable, str(ROOT / "tools" / "compare_runs.py"), str(alone), str(queued)]
         compared = _run(compare, ROOT, check=False)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from elmolab.errors import ElmolabError
-from elmolab.schema import CorpusConfig, SourceConfig
+from elmolab.core.errors import ElmolabError
+from elmolab.core.schema import CorpusConfig, SourceConfig
 from elmolab.stages.prepare import assign_splits, prepare_corpus
 from elmolab.text.corpus import open_source
 

@@ -16,16 +16,16 @@ import yaml
 from fixtures.workspace import SENTENCES, make_workspace
 from omegaconf import DictConfig, OmegaConf
 
-from elmolab.config import apply_overrides, load_params, section
-from elmolab.errors import ElmolabError
+from elmolab.core.config import apply_overrides, load_params, section
+from elmolab.core.errors import ElmolabError
+from elmolab.core.schema import ExtractConfig, ProbeSettings, TaskKind
+from elmolab.data.catalogue import data_catalog
+from elmolab.data.wsd import LEXICOGRAPHER_FILES
 from elmolab.io.results import FeatureMode, without_timings
 from elmolab.probing.jobs import job_arithmetic, plan_jobs, training_subset
 from elmolab.probing.runner import feature_modes, load_splits, run_cell
-from elmolab.probing.tasks import data_catalog
 from elmolab.report.collect import read_probe_runs
-from elmolab.schema import ExtractConfig, ProbeSettings, TaskKind
 from elmolab.stages.probe import grid_task
-from elmolab.text.wsd import LEXICOGRAPHER_FILES
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"

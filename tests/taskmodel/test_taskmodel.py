@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from elmolab.config import section
-from elmolab.errors import ElmolabError
+from elmolab.core.config import section
+from elmolab.core.errors import ElmolabError
+from elmolab.core.schema import SPLIT_ROLES, ExtractConfig, GridConfig, TaskConfig, TaskModelConfig
+from elmolab.data.catalogue import data_catalog
 from elmolab.probing.metrics import LabelVocabulary
-from elmolab.probing.tasks import data_catalog
-from elmolab.schema import SPLIT_ROLES, ExtractConfig, GridConfig, TaskConfig, TaskModelConfig
 from elmolab.taskmodel.data import PadBatch, TaggingSplit, WordVocabulary
 from elmolab.taskmodel.stage import (
     TaskData,

@@ -15,11 +15,10 @@ from seqeval.metrics import f1_score
 from seqeval.metrics.sequence_labeling import get_entities
 from seqeval.scheme import IOB1, IOB2, IOBES
 
-from elmolab.config import section
-from elmolab.probing.metrics import LabelVocabulary, span_f1, task_score
-from elmolab.probing.tasks import dataset_digest, read_split, task_labels
-from elmolab.schema import ColumnsConfig, DatasetConfig, TaskConfig
-from elmolab.text.conll import (
+from elmolab.core.config import section
+from elmolab.core.schema import ColumnsConfig, DatasetConfig, TaskConfig
+from elmolab.data.catalogue import dataset_digest, read_split, task_labels
+from elmolab.data.conll import (
     LOOSE_BEGINS,
     Separator,
     TagScheme,
@@ -28,6 +27,7 @@ from elmolab.text.conll import (
     read_columns,
     spans_to_tags,
 )
+from elmolab.probing.metrics import LabelVocabulary, span_f1, task_score
 
 SCHEMES = list(TagScheme)  # IO, IOB1, IOB2, BIOES: the tag columns of the tables below
 SEPARATORS = {Separator.WHITESPACE: " ", Separator.TAB: "\t"}

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from elmolab.probing.tasks import read_split
-from elmolab.schema import DatasetConfig
-from elmolab.text.conll import (
+from elmolab.core.schema import DatasetConfig
+from elmolab.data.catalogue import read_split
+from elmolab.data.conll import (
     CONLL2000_CHUNK_TYPES,
     LOOSE_BEGINS,
     WNUT17_ENTITY_TYPES,
@@ -28,7 +28,7 @@ from elmolab.text.conll import (
     read_conllu,
     read_wnut17,
 )
-from elmolab.text.wsd import (
+from elmolab.data.wsd import (
     SenseInstance,
     WordNetSenseIndex,
     WsdSentence,
@@ -159,7 +159,7 @@ def _toy_sentences() -> list[ChunkSentence]:
 
 def test_carve_dev_is_the_same_in_another_process() -> None:
     script = (
-        "from elmolab.text.conll import ChunkSentence, carve_dev\n"
+        "from elmolab.data.conll import ChunkSentence, carve_dev\n"
         "sentences = [ChunkSentence((f'w{i}', f'v{i % 7}'), ('NN', 'NN'), ('B-NP', 'I-NP'))"
         " for i in range(500)]\n"
         "print(' '.join(s.tokens[0] for s in carve_dev(sentences, 0.2, seed=3)[1]))\n"

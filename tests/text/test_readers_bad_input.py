@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import expect_error
 
-from elmolab.text.conll import read_conll2000, read_conllu, read_lines, read_wnut17
-from elmolab.text.wsd import (
+from elmolab.data.conll import read_conll2000, read_conllu, read_lines, read_wnut17
+from elmolab.data.wsd import (
     WordNetSenseIndex,
     read_gold_keys,
     read_raganato,

@@ -1,4 +1,4 @@
-"""The SST reader (``elmolab.text.sst``) on a hand-made tree and on the real files, and its
+"""The SST reader (``elmolab.data.sst``) on a hand-made tree and on the real files, and its
 ``sst`` format in the dataset catalog."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import expect_error
 
-from elmolab.probing.tasks import read_split
-from elmolab.schema import DatasetConfig
-from elmolab.text.sst import SentimentSentence, read_sst, unescape_ptb
+from elmolab.core.schema import DatasetConfig
+from elmolab.data.catalogue import read_split
+from elmolab.data.sst import SentimentSentence, read_sst, unescape_ptb
 
 PROBING = Path(__file__).resolve().parents[2] / "data" / "probing"
 # A hand-made tree: nested labels, -LRB-/-RRB-, an escaped slash and star, PTB quotes.

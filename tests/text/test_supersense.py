@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import expect_error
 
-from elmolab.probing.tasks import DatasetFormat, SplitSource, task_labels
-from elmolab.schema import TaskConfig
-from elmolab.text.wsd import (
+from elmolab.core.schema import TaskConfig
+from elmolab.data.catalogue import DatasetFormat, SplitSource, task_labels
+from elmolab.data.wsd import (
     LEXICOGRAPHER_FILES,
     SenseInstance,
     WsdSentence,

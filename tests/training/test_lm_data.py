@@ -13,7 +13,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.text.chars import BOS_CHAR, EOS_CHAR, EOW_CHAR, char_ids_for_token
 from elmolab.text.vocab import Vocabulary, build_vocabulary
 from elmolab.training.data import (

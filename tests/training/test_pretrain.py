@@ -11,13 +11,13 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from elmolab.config import section
-from elmolab.errors import ElmolabError
-from elmolab.hardware import PrecisionChoice
+from elmolab.core.config import section
+from elmolab.core.errors import ElmolabError
+from elmolab.core.hardware import PrecisionChoice
+from elmolab.core.params import compose_params
+from elmolab.core.schema import ModelConfig, PretrainConfig, TrainerConfig
 from elmolab.models.bilm_tf import load_bilm, load_bilm_from_checkpoint
 from elmolab.native import native_kernels
-from elmolab.params import compose_params
-from elmolab.schema import ModelConfig, PretrainConfig, TrainerConfig
 from elmolab.text.vocab import Vocabulary
 from elmolab.training.pretrain import eval_logits_choice, make_module, pretrain, random_control
 

@@ -11,7 +11,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from elmolab import hardware
+from elmolab.core import hardware
 from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.models.bilm_tf import load_bilm_from_checkpoint
 from elmolab.models.lstm import LstmWithProjection

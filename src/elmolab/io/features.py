@@ -22,8 +22,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from elmolab.errors import ElmolabError
-from elmolab.fsutil import atomic_hdf5
+from elmolab.core.errors import ElmolabError
+from elmolab.core.fsutil import atomic_hdf5
 
 LAYER_MODES = ("all", "top", "average")
 STORAGE_DTYPES = ("float32", "float16")

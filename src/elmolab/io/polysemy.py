@@ -1,6 +1,6 @@
 """The polysemy stage's table, ``neighbours.json``: its rows and their file, defined once for the
-writer (:mod:`elmolab.polysemy`, which runs the biLM) and the reader (the report, which runs no
-model: nothing here imports one).
+writer (:mod:`elmolab.polysemy.neighbours`, which runs the biLM) and the reader (the report,
+which runs no model: nothing here imports one).
 
 ``contextual_layers`` (the biLM layers averaged for the contextual vectors), ``notes`` (what could
 not be computed) and ``words``, one row per word: ``word``, ``static`` (``[vocabulary word,
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from elmolab.errors import ElmolabError
-from elmolab.fsutil import atomic_path
-from elmolab.text.wsd import LEXICOGRAPHER_FILES
+from elmolab.core.errors import ElmolabError
+from elmolab.core.fsutil import atomic_path
+from elmolab.data.wsd import LEXICOGRAPHER_FILES
 
 TABLE_FILE = "neighbours.json"  # in the polysemy stage's folder
 CONTEXT_WINDOW = 8  # tokens shown on each side of a neighbour's target word

@@ -51,7 +51,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.io.features import ENCODER_SUMMARY
 
 METRICS_FILE = "metrics.json"

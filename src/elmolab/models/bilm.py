@@ -26,8 +26,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from elmolab.errors import ElmolabError
-from elmolab.fsutil import write_json
+from elmolab.core.errors import ElmolabError
+from elmolab.core.fsutil import write_json
 from elmolab.models.char_cnn import ACTIVATIONS, CharCNN
 from elmolab.models.lstm import LstmPathChoice, LstmStack, LstmState, choose_lstm_path
 from elmolab.models.lstm_paired import paired_forward

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from elmolab.errors import ElmolabError
-from elmolab.fsutil import atomic_hdf5, atomic_path
+from elmolab.core.errors import ElmolabError
+from elmolab.core.fsutil import atomic_hdf5, atomic_path
 from elmolab.models.bilm import BiLM, BiLMOptions
 
 PathLike = str | os.PathLike[str]

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
+from elmolab.core.schema import BILM_TF_FILES, EncoderSource, is_encoder_source
 from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.models.bilm_tf import checkpoint_options, load_bilm, load_bilm_from_checkpoint
-from elmolab.schema import BILM_TF_FILES, EncoderSource, is_encoder_source
 
 OPTIONS, WEIGHTS = BILM_TF_FILES["options"], BILM_TF_FILES["weights"]
 CHECKPOINT = "model.pt"  # the pretraining stage's checkpoint, used without those two files

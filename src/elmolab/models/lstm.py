@@ -62,7 +62,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.native import native_kernels
 
 FORGET_BIAS = 1.0  # TensorFlow's LSTMCell adds it to the forget gate at run time

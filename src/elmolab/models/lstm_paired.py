@@ -41,7 +41,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.models.lstm import FORGET_BIAS, LstmStack, LstmState
 from elmolab.native import dropout, native_applies, native_kernels
 

@@ -1,6 +1,7 @@
 """Probing what the biLM's layers know: the probes (``probes``, the reference; ``engine``, the
 batched path the stage runs) on frozen features, metrics, WSD 1-NN."""
 
+from elmolab.core.schema import ProbeSettings
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
 from elmolab.probing.engine import EpochRecord, ProbeResult, train_heads
 from elmolab.probing.metrics import (
@@ -22,7 +23,6 @@ from elmolab.probing.wsd import (
     score_senses,
     wsd_vectors,
 )
-from elmolab.schema import ProbeSettings
 
 __all__ = [
     "ControlTask",

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 
 
 class _Layers:

@@ -59,6 +59,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from elmolab.core.schema import EVAL_ROLES, ProbeSettings
 from elmolab.io.results import FeatureMode
 from elmolab.models.scalar_mix import HeadMix, normalize_layers
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
@@ -76,7 +77,6 @@ from elmolab.probing.probes import (
 )
 from elmolab.probing.settings import TOKEN_KINDS, Schedule, probe_dtype
 from elmolab.probing.trees import GoldTrees, SentenceBatch, plan_batches, tree_distances
-from elmolab.schema import EVAL_ROLES, ProbeSettings
 
 PAIR_TABLE_TOKENS = 8192  # tokens per piece when a split's pair table is made
 LEARNED = -1  # a block of a pair head's input mixed by the head's learned mix

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
+from elmolab.core.schema import ProbeSettings, TaskKind
 from elmolab.io.features import summary_path
 from elmolab.io.results import CONDITIONAL_MODES, FeatureMode
 from elmolab.probing.probes import Head
-from elmolab.schema import ProbeSettings, TaskKind
 
 
 @dataclass(frozen=True)

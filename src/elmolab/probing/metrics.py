@@ -24,8 +24,8 @@ from typing import Literal
 
 import torch
 
-from elmolab.errors import ElmolabError
-from elmolab.text.conll import TagScheme, spans_to_tags
+from elmolab.core.errors import ElmolabError
+from elmolab.data.conll import TagScheme, spans_to_tags
 
 
 class LabelVocabulary:

@@ -36,13 +36,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from elmolab.core.schema import ProbeSettings
 from elmolab.io.results import FeatureMode, conditional_features
 from elmolab.models.scalar_mix import frozen_weights, normalize_layers
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
 from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score
 from elmolab.probing.settings import TOKEN_KINDS, Schedule
 from elmolab.probing.trees import SentenceBatch, plan_batches, tree_distances
-from elmolab.schema import ProbeSettings
 
 EVAL_TOKENS = 4096  # tokens (padded words for trees) per evaluation batch
 BASELINE_LAYER = 0  # conditional probing: the layer a head reads beside its mode's input

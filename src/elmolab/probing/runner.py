@@ -48,9 +48,28 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from elmolab.config import section
-from elmolab.errors import ElmolabError
-from elmolab.fsutil import atomic_dir, write_json
+from elmolab.core.config import section
+from elmolab.core.errors import ElmolabError
+from elmolab.core.fsutil import atomic_dir, write_json
+from elmolab.core.schema import (
+    EVAL_ROLES,
+    SPLIT_ROLES,
+    FeaturesConfig,
+    ProbeSettings,
+    TaskConfig,
+    TaskKind,
+)
+from elmolab.core.tracking import TrackedRun, metric_key
+from elmolab.data.catalogue import (
+    DataCatalog,
+    SplitSource,
+    TaskLabels,
+    check_task,
+    read_split_features,
+    task_labels,
+    tree_splits,
+)
+from elmolab.data.wsd import read_wordnet_sense_index
 from elmolab.io.features import feature_path
 from elmolab.io.results import (
     FIRST_SENSE,
@@ -82,15 +101,6 @@ from elmolab.probing.jobs import (
 )
 from elmolab.probing.metrics import LabelVocabulary
 from elmolab.probing.settings import probe_dtype, probe_precision
-from elmolab.probing.tasks import (
-    DataCatalog,
-    SplitSource,
-    TaskLabels,
-    check_task,
-    read_split_features,
-    task_labels,
-    tree_splits,
-)
 from elmolab.probing.writing import (
     CodeFit,
     copy_runs,
@@ -110,16 +120,6 @@ from elmolab.probing.wsd import (
     score_senses,
     wsd_vectors,
 )
-from elmolab.schema import (
-    EVAL_ROLES,
-    SPLIT_ROLES,
-    FeaturesConfig,
-    ProbeSettings,
-    TaskConfig,
-    TaskKind,
-)
-from elmolab.text.wsd import read_wordnet_sense_index
-from elmolab.tracking import TrackedRun, metric_key
 
 log = logging.getLogger("elmolab.probe")
 

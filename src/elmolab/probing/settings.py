@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from elmolab.hardware import PrecisionChoice, choose_precision
-from elmolab.schema import ProbeSettings
+from elmolab.core.hardware import PrecisionChoice, choose_precision
+from elmolab.core.schema import ProbeSettings
 
 # The kinds trained as token probes: a label per token, per (word, gold head), per pooled sentence.
 TOKEN_KINDS = ("token", "pair", "sentence")

@@ -12,8 +12,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from elmolab.fsutil import write_json
-from elmolab.hardware import peak_memory
+from elmolab.core.fsutil import write_json
+from elmolab.core.hardware import peak_memory
+from elmolab.core.schema import ProbeSettings, TaskConfig
+from elmolab.core.tracking import TrackedRun, metric_key
+from elmolab.data.catalogue import TREE_METRICS, TaskLabels
 from elmolab.io.results import (
     METRICS_FILE,
     ONLINE_CODE_FILE,
@@ -24,10 +27,7 @@ from elmolab.io.results import (
 from elmolab.probing.engine import ProbeResult
 from elmolab.probing.jobs import Job, online_code_blocks
 from elmolab.probing.metrics import TaskMetric
-from elmolab.probing.tasks import TREE_METRICS, TaskLabels
 from elmolab.probing.wsd import SensePrediction
-from elmolab.schema import ProbeSettings, TaskConfig
-from elmolab.tracking import TrackedRun, metric_key
 
 log = logging.getLogger("elmolab.probe")
 

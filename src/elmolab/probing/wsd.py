@@ -29,7 +29,7 @@ from typing import Literal
 import torch
 from torch.nn import functional as F
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.io.results import FeatureMode
 from elmolab.models.scalar_mix import mix_layers
 

@@ -9,8 +9,8 @@ information beyond layer 0); the polysemy table is the polysemy stage's, read wi
 ``figures`` and ``writers`` render them, and ``build`` ties them together.
 """
 
+from elmolab.core.schema import ReportConfig
 from elmolab.report.build import gather, write_report
 from elmolab.report.data import ReportData
-from elmolab.schema import ReportConfig
 
 __all__ = ["ReportConfig", "ReportData", "gather", "write_report"]

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from elmolab.errors import ElmolabError
-from elmolab.fsutil import atomic_dir, write_json
+from elmolab.core.errors import ElmolabError
+from elmolab.core.fsutil import atomic_dir, write_json
+from elmolab.core.schema import ReportConfig
 from elmolab.io.polysemy import TABLE_FILE, PolysemyTable, read_table
 from elmolab.report import figures, writers
 from elmolab.report.collect import (
@@ -47,7 +48,6 @@ from elmolab.report.stats import (
     learning_curve_cells,
     selectivities,
 )
-from elmolab.schema import ReportConfig
 
 PAGE = "index.html"  # the report itself, in the output folder
 

@@ -28,8 +28,9 @@ from typing import Any, TypeVar
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from elmolab.config import section
-from elmolab.errors import ElmolabError
+from elmolab.core.config import section
+from elmolab.core.errors import ElmolabError
+from elmolab.core.schema import EncoderRolesConfig, TaskKind
 from elmolab.io.results import (
     CONDITIONAL_BASE,
     CURVE_FILE,
@@ -42,7 +43,6 @@ from elmolab.io.results import (
     online_code_paths,
     probe_run_paths,
 )
-from elmolab.schema import EncoderRolesConfig, TaskKind
 
 PPL_KEYS = ("ppl", "ppl_fwd", "ppl_bwd")
 K = TypeVar("K", bound=tuple)  # (task, features, encoder, ...)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from elmolab.core.schema import PaperLayersConfig, SignificanceConfig
 from elmolab.io.polysemy import WordNeighbours
 from elmolab.report.collect import Display, Inputs, Pretraining
 from elmolab.report.information import CodeCell, Gain
 from elmolab.report.stats import Cell, Comparison, EncoderComparison, LayerGap, Selectivity
-from elmolab.schema import PaperLayersConfig, SignificanceConfig
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The pipeline's stages, one module each, in the order ``dvc.yaml`` runs them.
 
 Each module has ``run(cfg, out_dir)``, the stage itself on a composed config, and ``main(conf_dir,
-argv)``, its command line (``pipelines/<stage>.py`` calls it; :func:`elmolab.config.run_stage`
+argv)``, its command line (``pipelines/<stage>.py`` calls it; :func:`elmolab.core.config.run_stage`
 explains the two ways a stage runs). The libraries the stages use lie below this package.
 
 - :mod:`~elmolab.stages.prepare`: raw corpora -> sentence shards, vocabulary, statistics

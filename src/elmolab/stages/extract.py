@@ -3,7 +3,7 @@
 An encoder (``extract.encoders.<name>``, resolved by :func:`encoder_files`) is a biLM folder (the
 trained model, its random-initialisation control, a published ELMo's download folder, ...) or
 bilm-tf's two files named directly, ``{options: <file>, weights: <file>}``. For each encoder and
-each split of each dataset of ``extract.datasets`` (read by ``elmolab.probing.tasks.read_split``)::
+each split of each dataset of ``extract.datasets`` (read by ``elmolab.data.catalogue.read_split``)::
 
     <out>/<encoder>/<dataset>/<split>.hdf5            features, docs/architecture.md §3 format
     <out>/<encoder>/<dataset>/<split>.tokens.txt      token datasets: the tokens of each line
@@ -14,9 +14,9 @@ Line ``i`` of a feature file (dataset ``str(i)``) is sentence ``i`` of the split
 ``(n_layers + 1, n_units, 2 * proj)`` with one unit per token, or, for WSD, one per sense-tagged
 instance (only sentences with instances are kept; SemCor's 225k instances take under a third of
 the disk its 778k tokens would). Multiword WSD tokens are read by the biLM as separate words and the
-instance gets the mean of its words' vectors (see ``elmolab.probing.tasks``). The sidecar text
+instance gets the mean of its words' vectors (see ``elmolab.data.catalogue``). The sidecar text
 file has one line per feature line, its units separated by single spaces; the probe stage checks it
-against the data it reads (``elmolab.probing.tasks.read_split_features``), so features extracted
+against the data it reads (``elmolab.data.catalogue.read_split_features``), so features extracted
 from other data fail loudly instead of being silently misaligned. The files' formats and names
 are ``elmolab.io.features``'s.
 
@@ -25,7 +25,7 @@ are an option) and run through ``elmolab.embed.embed_sentences``: length-sorted 
 CNN once per distinct token. Features are stored as float16 by default (half the disk; the probes
 compute in float32). Each encoder's folder of a dataset appears only when complete, and each
 feature file carries the digest of the dataset's configuration and raw files it comes from
-(``elmolab.probing.tasks.dataset_digest``): DVC runs one stage per dataset (``extract.dataset``),
+(``elmolab.data.catalogue.dataset_digest``): DVC runs one stage per dataset (``extract.dataset``),
 and a probe cell tracks the feature files of its own splits only, so a changed label must reach
 those files even where the features come out the same.
 """
@@ -43,12 +43,15 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from elmolab.config import run_stage, section
+from elmolab.core.config import run_stage, section
+from elmolab.core.errors import ElmolabError
+from elmolab.core.failpoints import failpoint
+from elmolab.core.fsutil import atomic_dir, atomic_path, write_json
+from elmolab.core.hardware import peak_memory
+from elmolab.core.schema import ExtractConfig
+from elmolab.core.tracking import init_run, run_tags
+from elmolab.data.catalogue import DataCatalog, SplitSource, dataset_digest, multiword_parts
 from elmolab.embed import DEFAULT_BATCH_SIZE, embed_sentences
-from elmolab.errors import ElmolabError
-from elmolab.failpoints import failpoint
-from elmolab.fsutil import atomic_dir, atomic_path, write_json
-from elmolab.hardware import peak_memory
 from elmolab.io.features import (
     DATASET_DIGEST,
     ENCODER_SUMMARY,
@@ -60,9 +63,6 @@ from elmolab.io.features import (
 from elmolab.models.bilm import BiLM
 from elmolab.models.controls import token_layer_digest
 from elmolab.models.encoder_files import EncoderFiles, encoder_files
-from elmolab.probing.tasks import DataCatalog, SplitSource, dataset_digest, multiword_parts
-from elmolab.schema import ExtractConfig
-from elmolab.tracking import init_run, run_tags
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The polysemy stage: the ELMo paper's Table 4 on the trained biLM, the nearest neighbours of
 polysemous words out of context and in context (config: ``polysemy``; the library is
-:mod:`elmolab.polysemy`).
+:mod:`elmolab.polysemy.neighbours`).
 
 Output (``artifacts/polysemy/``, replaced whole when complete): ``neighbours.json``, which the
 report shows.
@@ -13,11 +13,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from elmolab.config import run_stage, section
-from elmolab.fsutil import atomic_dir
+from elmolab.core.config import run_stage, section
+from elmolab.core.fsutil import atomic_dir
+from elmolab.core.schema import PolysemyConfig
 from elmolab.io.polysemy import TABLE_FILE, write_table
-from elmolab.polysemy import table
-from elmolab.schema import PolysemyConfig
+from elmolab.polysemy.neighbours import table
 
 
 def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:

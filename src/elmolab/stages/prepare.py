@@ -27,10 +27,10 @@ from typing import IO, Any
 
 from omegaconf import DictConfig
 
-from elmolab.config import run_stage, section
-from elmolab.errors import ElmolabError
-from elmolab.fsutil import atomic_dir, write_json
-from elmolab.schema import CorpusConfig
+from elmolab.core.config import run_stage, section
+from elmolab.core.errors import ElmolabError
+from elmolab.core.fsutil import atomic_dir, write_json
+from elmolab.core.schema import CorpusConfig
 from elmolab.text.chars import SPECIAL_TOKENS
 from elmolab.text.corpus import CorpusSource, open_source
 from elmolab.text.vocab import build_vocabulary

@@ -19,9 +19,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from elmolab.config import run_stage, section
-from elmolab.schema import ModelConfig, PretrainConfig, TrainerConfig
-from elmolab.tracking import init_run, run_tags
+from elmolab.core.config import run_stage, section
+from elmolab.core.schema import ModelConfig, PretrainConfig, TrainerConfig
+from elmolab.core.tracking import init_run, run_tags
 from elmolab.training.pretrain import pretrain, random_control
 
 RANDOM_CONTROL = "--random-control"

@@ -26,12 +26,12 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from elmolab.config import run_stage, section
-from elmolab.errors import ElmolabError
+from elmolab.core.config import run_stage, section
+from elmolab.core.errors import ElmolabError
+from elmolab.core.schema import ExtractConfig, FeaturesConfig, GridConfig, ProbeSettings, TaskConfig
+from elmolab.core.tracking import init_run, run_tags
+from elmolab.data.catalogue import data_catalog
 from elmolab.probing.runner import feature_modes, run_cell
-from elmolab.probing.tasks import data_catalog
-from elmolab.schema import ExtractConfig, FeaturesConfig, GridConfig, ProbeSettings, TaskConfig
-from elmolab.tracking import init_run, run_tags
 
 
 def grid_task(cfg: DictConfig) -> TaskConfig:

@@ -13,12 +13,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from elmolab.config import run_stage, section
+from elmolab.core.config import run_stage, section
+from elmolab.core.schema import ReportConfig
+from elmolab.core.tracking import redact
 from elmolab.report import gather, write_report
 from elmolab.report.build import PAGE
 from elmolab.report.collect import Display, Expected
-from elmolab.schema import ReportConfig
-from elmolab.tracking import redact
 
 
 def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:

@@ -14,9 +14,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from elmolab.config import run_stage, section
-from elmolab.probing.tasks import data_catalog
-from elmolab.schema import ExtractConfig, GridConfig, TaskModelConfig
+from elmolab.core.config import run_stage, section
+from elmolab.core.schema import ExtractConfig, GridConfig, TaskModelConfig
+from elmolab.data.catalogue import data_catalog
 from elmolab.taskmodel.stage import run_taskmodel, tagging_task
 
 

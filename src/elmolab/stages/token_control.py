@@ -17,9 +17,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from elmolab.config import run_stage
-from elmolab.errors import ElmolabError
-from elmolab.fsutil import atomic_dir, write_json
+from elmolab.core.config import run_stage
+from elmolab.core.errors import ElmolabError
+from elmolab.core.fsutil import atomic_dir, write_json
 from elmolab.models.bilm_tf import export_bilm, load_bilm_from_checkpoint, save_bilm_checkpoint
 from elmolab.models.controls import randomize_lstms, token_layer_digest
 

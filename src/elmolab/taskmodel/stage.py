@@ -45,19 +45,10 @@ import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from torch.utils.data import DataLoader, Sampler
 
-from elmolab.elmo import batch_to_ids
-from elmolab.errors import ElmolabError
-from elmolab.fsutil import atomic_dir, write_json
-from elmolab.hardware import peak_memory
-from elmolab.io.features import feature_path
-from elmolab.io.results import METRICS_FILE, PREDICTIONS_FILE, SEED_PREFIX
-from elmolab.models.encoder_files import encoder_files
-from elmolab.probing.datasets import FeatureDataset, standardize_layers
-from elmolab.probing.metrics import LabelVocabulary, TaskMetric
-from elmolab.probing.tasks import DataCatalog, SplitSource, check_task, read_split_features
-from elmolab.probing.tasks import task_labels as read_task_labels
-from elmolab.report.stats import paired_t_test
-from elmolab.schema import (
+from elmolab.core.errors import ElmolabError
+from elmolab.core.fsutil import atomic_dir, write_json
+from elmolab.core.hardware import peak_memory
+from elmolab.core.schema import (
     BASELINE,
     FINETUNE_PREFIX,
     MIX_PREFIX,
@@ -66,6 +57,15 @@ from elmolab.schema import (
     TaskKind,
     TaskModelConfig,
 )
+from elmolab.data.catalogue import DataCatalog, SplitSource, check_task, read_split_features
+from elmolab.data.catalogue import task_labels as read_task_labels
+from elmolab.elmo import batch_to_ids
+from elmolab.io.features import feature_path
+from elmolab.io.results import METRICS_FILE, PREDICTIONS_FILE, SEED_PREFIX
+from elmolab.models.encoder_files import encoder_files
+from elmolab.probing.datasets import FeatureDataset, standardize_layers
+from elmolab.probing.metrics import LabelVocabulary, TaskMetric
+from elmolab.report.stats import paired_t_test
 from elmolab.taskmodel.data import (
     LengthSortedBatches,
     PadBatch,

@@ -1,2 +1,2 @@
-"""Reading text: corpora, CoNLL-style treebanks, WSD and sentiment files, character ids and
-vocabularies."""
+"""The prepare stage's library: reading corpora into sentences, the frequency-sorted vocabulary
+and character ids."""

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from functools import cached_property
 from pathlib import Path
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 
 Sentence = list[str]
 

@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from elmolab.errors import ElmolabError
-from elmolab.fsutil import atomic_path
+from elmolab.core.errors import ElmolabError
+from elmolab.core.fsutil import atomic_path
 from elmolab.text.chars import BOS_TOKEN, EOS_TOKEN, SPECIAL_TOKENS, UNK_TOKEN
 
 

@@ -64,7 +64,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.text.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARACTERS_PER_TOKEN, char_ids_for_token
 from elmolab.text.vocab import Vocabulary, token_problem
 

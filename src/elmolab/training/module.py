@@ -36,8 +36,8 @@ import torch
 from omegaconf import OmegaConf
 from torch import Tensor
 
-from elmolab.errors import ElmolabError
-from elmolab.failpoints import failpoint
+from elmolab.core.errors import ElmolabError
+from elmolab.core.failpoints import failpoint
 from elmolab.models.bilm import BiLM, BiLMOptions, BiLMState
 from elmolab.models.lstm import LstmState
 from elmolab.native import dropout

@@ -43,14 +43,14 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint, Timer, TQDMPr
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from elmolab.errors import ElmolabError
-from elmolab.failpoints import failpoint
-from elmolab.fsutil import atomic_dir, atomic_hdf5, atomic_path, write_json
-from elmolab.hardware import PrecisionChoice, choose_precision, peak_memory
+from elmolab.core.errors import ElmolabError
+from elmolab.core.failpoints import failpoint
+from elmolab.core.fsutil import atomic_dir, atomic_hdf5, atomic_path, write_json
+from elmolab.core.hardware import PrecisionChoice, choose_precision, peak_memory
+from elmolab.core.schema import ModelConfig, PretrainConfig, TrainerConfig
 from elmolab.io.results import CURVE_COLUMNS, CURVE_FILE, METRICS_FILE
 from elmolab.models.bilm_tf import export_bilm, save_bilm_checkpoint
 from elmolab.native import native_kernels
-from elmolab.schema import ModelConfig, PretrainConfig, TrainerConfig
 from elmolab.text.vocab import Vocabulary
 from elmolab.training.data import LMDataModule
 from elmolab.training.module import BiLMPretrainer, count_parameters

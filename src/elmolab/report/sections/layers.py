@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from elmolab.core.schema import PaperLayersConfig
 from elmolab.report.collect import FAMILY_ORDER, SCALAR_MIX, ordered
 from elmolab.report.data import ReportData, baseline_encoders, main_encoder
 from elmolab.report.format import (
@@ -24,7 +25,6 @@ from elmolab.report.format import (
 )
 from elmolab.report.layout import Table, TableCell, columns_of, group_starts, number
 from elmolab.report.stats import LayerGap, centre_of_gravity
-from elmolab.schema import PaperLayersConfig
 
 LAYER_METHOD = (
     "Layer 2 minus layer 1 (the two biLSTM layers), test set, in points; mean ± std of the"

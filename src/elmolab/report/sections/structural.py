@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from elmolab.core.schema import TaskKind
 from elmolab.report.data import ReportData
 from elmolab.report.format import json_number, mean_std, pct
 from elmolab.report.layout import Table, TableCell, columns_of, group_starts, number
 from elmolab.report.stats import Cell
-from elmolab.schema import TaskKind
 
 KIND = TaskKind.STRUCTURAL  # Hewitt and Manning's probe: UUAS and DSpr, not labels
 DSPR_KEY = "test_dspr"  # the structural probe's distance Spearman correlation, test set

@@ -3,11 +3,11 @@ baseline (the ELMo paper's Table 1), and its block of ``summary.json`` (the stag
 
 from __future__ import annotations
 
+from elmolab.core.schema import BASELINE, FINETUNE_PREFIX, MIX_PREFIX
 from elmolab.report.collect import Display
 from elmolab.report.data import ReportData
 from elmolab.report.format import p_equals, p_text, verdict_cell
 from elmolab.report.layout import Table, TableCell, columns_of, comparison_cells, number
-from elmolab.schema import BASELINE, FINETUNE_PREFIX, MIX_PREFIX
 
 TASK_MODEL_METHOD = (
     "Test span F1 (conlleval's count), mean ± std over seeds; each input trained with the same"

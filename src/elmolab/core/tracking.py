@@ -21,7 +21,7 @@ on it. Lightning's ``WandbLogger(experiment=run.run)`` reuses the same run.
   tags ``task:upos`` etc.
 - Files: under ``<root>/wandb/`` with root ``WANDB_DIR``, else ``DVC_ROOT`` (the repository
   under DVC), else the working directory. ``make wandb-sync`` uploads offline runs later
-  (``python -m elmolab.tracking sync``).
+  (``python -m elmolab.core.tracking sync``).
 - Data: W&B never carries data between stages. Inputs and outputs are reference artifacts
   (``file://`` URIs; DVC holds the bytes). W&B cannot record an input offline, so offline runs
   keep their inputs in the run config (``inputs/<name>``) instead.

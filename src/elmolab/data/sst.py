@@ -14,7 +14,7 @@ word with a no-break space inside (``8\\xa01\\/2``, the film *8 1/2*): the biLM 
 as separate tokens, as it read such text in pretraining, so train's 163,563 leaves give 163,566
 tokens (dev and test: one token a leaf).
 
-Bad input raises :class:`~elmolab.errors.ElmolabError` naming the file, the 1-based line and what
+Bad input raises :class:`~elmolab.core.errors.ElmolabError` naming the file, the 1-based line and what
 is wrong: unbalanced brackets, a label outside 0-4, a node that is neither a leaf ``(label word)``
 nor a label over subtrees.
 """
@@ -24,8 +24,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from elmolab.errors import ElmolabError
-from elmolab.text.conll import PathArg, TaggedSentence, read_lines
+from elmolab.core.errors import ElmolabError
+from elmolab.data.conll import PathArg, TaggedSentence, read_lines
 
 SENTIMENT_LABELS = ("0", "1", "2", "3", "4")  # very negative .. very positive
 # PTB's escaped words -> the text the biLM reads (the module docstring says why).

@@ -1,5 +1,5 @@
 """A W&B report comparing layer-wise and scalar-mixed features (``wandb-workspaces``, the
-``reports`` extra), built from the metric names and run config of :mod:`elmolab.tracking`.
+``reports`` extra), built from the metric names and run config of :mod:`elmolab.core.tracking`.
 
 The report has the pretraining curves (``val/ppl*`` and ``train/loss`` against training steps),
 then per probing task a bar chart of the test metric grouped by feature mode (mean over seeds,
@@ -11,7 +11,7 @@ The tasks, their metrics and the encoders come from the probe stage's results
 gets its section without a change here. Building needs no network; saving does. The command line
 uploads only when asked::
 
-    python -m elmolab.wandb_report --project elmolab --entity ME --group EXP [--upload]
+    python -m elmolab.report.wandb_report --project elmolab --entity ME --group EXP [--upload]
         [--results artifacts/probes]
 """
 
@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from elmolab.errors import ElmolabError
-from elmolab.report.collect import BY_NAME, Display, read_probe_runs
-from elmolab.tracking import (
+from elmolab.core.errors import ElmolabError
+from elmolab.core.tracking import (
     PRETRAIN_CURVES,
     PRETRAIN_STEP,
     TRAIN_LOSS,
@@ -35,6 +34,7 @@ from elmolab.tracking import (
     mix_keys,
     network_available,
 )
+from elmolab.report.collect import BY_NAME, Display, read_probe_runs
 
 N_LAYERS = 3  # biLM layers the scalar mix weights: char CNN + 2 LSTM layers
 DEFAULT_RESULTS = Path("artifacts") / "probes"
@@ -72,7 +72,7 @@ def study_display(params: Path) -> Display:
     when there is no such file."""
     if not params.is_file():
         return BY_NAME
-    from elmolab.config import load_params
+    from elmolab.core.config import load_params
 
     return Display.of(load_params(params), where=str(params))
 

@@ -8,8 +8,8 @@ both:
   as ``dvc exp run -S key=value`` applies them (Hydra's override grammar, onto keys that exist):
   ``task=upos`` names the probe stage's task (a key of ``grid.tasks``),
   ``extract.dataset=conll2003`` the extract stage's dataset. A config group cannot be chosen on a
-  composed file: compose another (``python -m elmolab.params experiment=smoke --out other.yaml``)
-  or run the stage ad hoc.
+  composed file: compose another
+  (``python -m elmolab.core.params experiment=smoke --out other.yaml``) or run the stage ad hoc.
 - ad hoc or as a sweep, ``python pipelines/<stage>.py [-m] key=value ...``: Hydra composes
   ``conf/`` itself, and the stage writes into Hydra's run folder instead of ``artifacts/``.
 - under DVC for a bilm-tf model from elsewhere (``extract.external.<name>``, e.g. a published
@@ -17,7 +17,7 @@ both:
   :func:`external_study` into that model's own study, which reads and writes
   ``artifacts/external/<name>/`` only and needs no pretraining.
 
-Composition checks every section against its schema (:mod:`elmolab.schema`, through
+Composition checks every section against its schema (:mod:`elmolab.core.schema`, through
 :func:`check_config`) before anything is written or run, wherever it composes (``dvc exp run -S``,
 ``make params``, the ad-hoc entry points: ``hydra_plugins/elmolab_schema.py``); each stage checks
 its own sections again (:func:`section`), since ``params.yaml`` may have been edited by hand. A
@@ -53,8 +53,8 @@ from omegaconf.errors import (
     ValidationError,
 )
 
-from elmolab.errors import ElmolabError, resource_errors_named
-from elmolab.schema import SECTIONS
+from elmolab.core.errors import ElmolabError, resource_errors_named
+from elmolab.core.schema import SECTIONS
 
 T = TypeVar("T")
 StageFn = Callable[[DictConfig, Path], Any]
@@ -142,9 +142,9 @@ def section(cfg: DictConfig, key: str, schema: type[T], where: str | None = None
 
 def check_config(cfg: DictConfig, where: str) -> None:
     """Check a composed config as the stages will read it: every top-level key is a section of
-    :data:`~elmolab.schema.SECTIONS` and none is missing, each section passes :func:`section` and
-    its own ``check()`` where it has one, each plain value has its type. The first problem is an
-    :class:`ElmolabError` naming ``where`` and the key."""
+    :data:`~elmolab.core.schema.SECTIONS` and none is missing, each section passes
+    :func:`section` and its own ``check()`` where it has one, each plain value has its type. The
+    first problem is an :class:`ElmolabError` naming ``where`` and the key."""
     for key in cfg:
         if key != "hydra" and key not in SECTIONS:  # Hydra's own node, there while it composes
             raise ElmolabError(f"{key}: not a section of the configuration", where)
@@ -187,7 +187,7 @@ def setting_problem(err: OmegaConfBaseException) -> str:
     if isinstance(err, MissingMandatoryValue):
         return "missing (no value given)"
     if isinstance(err, ConfigKeyError | ConfigAttributeError):
-        return "unknown key (elmolab/schema.py has no such setting)"
+        return "unknown key (elmolab/core/schema.py has no such setting)"
     node = getattr(err, "child_node", None)
     kind = next((words for cls, words in _NODE_KINDS.items() if isinstance(node, cls)), None)
     if isinstance(err, ValidationError) and kind is not None:
@@ -215,8 +215,9 @@ def apply_overrides(cfg: DictConfig, overrides: list[str], where: str | os.PathL
                 if isinstance(node, DictConfig) and isinstance(override.value(), str):
                     raise ElmolabError(
                         f"override {line!r}: {key!r} is a section, composed into this file; to"
-                        f" choose a config group, compose another file (python -m elmolab.params"
-                        f" {line} --out FILE) or run the stage ad hoc",
+                        f" choose a config group, compose another file"
+                        f" (python -m elmolab.core.params {line} --out FILE) or run the stage"
+                        " ad hoc",
                         where,
                     )
             with flag_override(cfg, "struct", True):
@@ -281,7 +282,7 @@ def run_stage(fn: StageFn, stage: str, conf_dir: Path, argv: list[str] | None = 
 
 def _run_guarded(fn: StageFn, cfg: DictConfig, out_dir: Path) -> Any:
     """``fn(cfg, out_dir)``, with a full disk or exhausted memory turned into one ElmolabError
-    (see :func:`elmolab.errors.resource_error`) that names the stage: the script's name."""
+    (see :func:`elmolab.core.errors.resource_error`) that names the stage: the script's name."""
     script = Path(sys.argv[0])
     name = script.stem if script.suffix == ".py" else out_dir.name
     with resource_errors_named(name, out_dir):

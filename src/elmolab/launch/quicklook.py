@@ -24,10 +24,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from elmolab.errors import ElmolabError
-from elmolab.failpoints import failpoint
-from elmolab.fsutil import atomic_path
-from elmolab.params import compose_params, exit_with_error
+from elmolab.core.errors import ElmolabError
+from elmolab.core.failpoints import failpoint
+from elmolab.core.fsutil import atomic_path
+from elmolab.core.params import compose_params, exit_with_error
 
 WORKSPACE = Path("smoke")
 PRESET = "experiment=smoke"

@@ -10,7 +10,7 @@ A sense key reads ``lemma%ss_type:lex_filenum:lex_id:head_word:head_id``, e.g.
 1 noun, 2 verb, 3 adjective, 4 adverb, 5 adjective satellite; here it maps to the Raganato part of
 speech NOUN, VERB, ADJ (3 and 5) or ADV.
 
-Bad input raises :class:`~elmolab.errors.ElmolabError` naming the file, the 1-based line and what
+Bad input raises :class:`~elmolab.core.errors.ElmolabError` naming the file, the 1-based line and what
 is wrong. A sense key missing from WordNet is an error too, not skipped (every key in the shipped
 SemCor and Raganato files is in WordNet 3.0): pass ``wordnet=`` to a reader to check.
 """
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 from xml.parsers import expat
 
-from elmolab.errors import ElmolabError
-from elmolab.text.conll import PathArg, TaggedSentence, read_lines
+from elmolab.core.errors import ElmolabError
+from elmolab.data.conll import PathArg, TaggedSentence, read_lines
 
 WORDNET_POS = ("NOUN", "VERB", "ADJ", "ADV")
 SS_TYPE_POS = {"1": "NOUN", "2": "VERB", "3": "ADJ", "4": "ADV", "5": "ADJ"}

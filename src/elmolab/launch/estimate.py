@@ -6,7 +6,7 @@ ones and everything downstream of them) and to the machine's class (native bf16 
 sources are in docs/results.md ("How long the study takes"). Nothing is timed here: a
 calibration long enough to say anything would cost minutes of its own.
 
-    python -m elmolab.estimate [--params params.yaml] [--conf conf]
+    python -m elmolab.launch.estimate [--params params.yaml] [--conf conf]
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import torch
 from dvc.exceptions import DvcException
 from omegaconf import DictConfig, OmegaConf
 
-from elmolab.config import load_params
-from elmolab.errors import ElmolabError
-from elmolab.hardware import choose_precision, cpu_model, native_bf16_flags
-from elmolab.params import compose_params, differing_keys
+from elmolab.core.config import load_params
+from elmolab.core.errors import ElmolabError
+from elmolab.core.hardware import choose_precision, cpu_model, native_bf16_flags
+from elmolab.core.params import compose_params, differing_keys
 
 # Minutes per stage in the default study's uninterrupted run on a 2-core AMD EPYC (family 26,
 # model 2) with avx512_bf16, nothing else running: 40.4 min in all (docs/results.md). A group
@@ -169,7 +169,7 @@ def stages_to_run(root: Path) -> tuple[list[str], int]:
 def params_differences(cfg: DictConfig, conf: Path) -> list[str]:
     """The top-level sections in which ``cfg`` (params.yaml) differs from the default
     composition of ``conf`` (the default study), in the composition's order: the sections of
-    :func:`elmolab.params.differing_keys`, the comparison ``make run``'s check makes."""
+    :func:`elmolab.core.params.differing_keys`, the comparison ``make run``'s check makes."""
     given = OmegaConf.to_container(cfg)
     default = OmegaConf.to_container(OmegaConf.create(compose_params(conf)))
     return list(dict.fromkeys(key.split(".")[0] for key in differing_keys(given, default)))

@@ -2,7 +2,7 @@
 any file of tokens and span tags in columns (CoNLL-2003 NER style, :func:`read_columns`).
 
 Every reader returns a list of frozen sentence records whose per-token fields are tuples as long as
-``tokens``. Bad input raises :class:`~elmolab.errors.ElmolabError` naming the file, the 1-based
+``tokens``. Bad input raises :class:`~elmolab.core.errors.ElmolabError` naming the file, the 1-based
 line and what is wrong (``en_ewt-ud-train.conllu:1234: expected 10 tab-separated columns, got 9``).
 Files are read as strict UTF-8 (gzip-compressed when the name ends in ``.gz``); a line that is
 empty or holds only whitespace ends a sentence, and the last sentence needs no blank line after it.
@@ -27,7 +27,7 @@ from enum import StrEnum
 from os import PathLike
 from typing import TypeVar
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 
 PathArg = str | PathLike[str]
 

@@ -4,7 +4,7 @@
 composition of ``conf/`` (a test checks it). ``make params`` rewrites it after editing ``conf/``.
 
 Every composition of ``conf/`` is checked against the schema before anything is written or run
-(:func:`elmolab.config.check_config`), wherever Hydra composes it: in DVC's process for
+(:func:`elmolab.core.config.check_config`), wherever Hydra composes it: in DVC's process for
 ``dvc exp run -S key=value``, in ``make params``, in the stages' Hydra entry points. Hydra imports
 the modules of the ``hydra_plugins`` package before it first composes; ours
 (``hydra_plugins/elmolab_schema.py``) calls :func:`install_checks`. A composition that fails, or
@@ -34,8 +34,8 @@ from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from elmolab.config import check_config, load_params, setting_problem
-from elmolab.errors import ElmolabError
+from elmolab.core.config import check_config, load_params, setting_problem
+from elmolab.core.errors import ElmolabError
 
 # The defaults-list entry that asks for the check (conf/config.yaml: `- schema: elmolab`): an
 # empty config, so selecting it adds nothing to the composition, and composing fails where the
@@ -193,7 +193,7 @@ def main() -> None:
         help="write nothing; fail with one line if --out differs from the composition",
     )
     args = parser.parse_args()
-    from elmolab.fsutil import atomic_path
+    from elmolab.core.fsutil import atomic_path
 
     try:
         if args.check:

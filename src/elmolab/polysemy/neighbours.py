@@ -28,8 +28,10 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
+from elmolab.core.errors import ElmolabError
+from elmolab.core.schema import PolysemyConfig
+from elmolab.data.wsd import WsdSentence, read_semcor
 from elmolab.embed import embed_sentences
-from elmolab.errors import ElmolabError
 from elmolab.io.polysemy import (
     ExampleNeighbours,
     PolysemyTable,
@@ -40,10 +42,8 @@ from elmolab.io.polysemy import (
 from elmolab.models.bilm import BiLM
 from elmolab.models.bilm_tf import load_bilm
 from elmolab.models.encoder_files import OPTIONS, WEIGHTS
-from elmolab.schema import PolysemyConfig
 from elmolab.text.chars import SPECIAL_TOKENS, char_ids_for_sentences
 from elmolab.text.vocab import Vocabulary
-from elmolab.text.wsd import WsdSentence, read_semcor
 
 log = logging.getLogger(__name__)
 

@@ -48,10 +48,10 @@ from typing import TypeVar
 
 import numpy as np
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 from elmolab.io.features import check_units, feature_path, read_features, read_units, units_path
 from elmolab.probing.metrics import ControlTask, LabelVocabulary, TaskMetric
-from elmolab.schema import (
+from elmolab.core.schema import (
     AUTO_SCHEME,
     ColumnsConfig,
     DatasetConfig,
@@ -59,7 +59,7 @@ from elmolab.schema import (
     TaskConfig,
     TaskKind,
 )
-from elmolab.text.conll import (
+from elmolab.data.conll import (
     Separator,
     TaggedSentence,
     TagScheme,
@@ -72,8 +72,8 @@ from elmolab.text.conll import (
     read_lines,
     read_wnut17,
 )
-from elmolab.text.sst import read_sst
-from elmolab.text.wsd import (
+from elmolab.data.sst import read_sst
+from elmolab.data.wsd import (
     WordNetSenseIndex,
     WsdSentence,
     instance_supersense,
@@ -329,7 +329,7 @@ def _read_columns(
 ) -> tuple[list[TaggedSentence], TagScheme]:
     """A columns dataset's file read with its options, and its tag scheme.
 
-    ``scheme: auto`` takes the scheme :func:`~elmolab.text.conll.detect_scheme` finds in the
+    ``scheme: auto`` takes the scheme :func:`~elmolab.data.conll.detect_scheme` finds in the
     dataset's train split (in ``path`` itself when the dataset has none), so every split of the
     dataset is checked against, and converted from, the same scheme.
     """
@@ -554,7 +554,7 @@ def _field_values(source: SplitSource, name: str, per_token: bool = True) -> lis
 
 def _supersenses(source: SplitSource, name: str) -> tuple[list[list[str]], int]:
     """A WSD split's token-task labels: each sense-tagged instance's supersense
-    (:func:`~elmolab.text.wsd.instance_supersense`), per sentence; and how many instances have
+    (:func:`~elmolab.data.wsd.instance_supersense`), per sentence; and how many instances have
     gold keys in several lexicographer files. ``name`` must be :data:`SUPERSENSE_FIELD`."""
     if name != SUPERSENSE_FIELD:
         raise ElmolabError(

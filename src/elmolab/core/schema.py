@@ -1,9 +1,9 @@
 """The configuration's schema: one dataclass per section of ``conf/``, as ``params.yaml`` holds it.
 
-Each stage reads its sections through :func:`elmolab.config.section`, which checks the section
+Each stage reads its sections through :func:`elmolab.core.config.section`, which checks the section
 against its dataclass here (unknown keys, missing keys and wrong types are errors naming the file
 and the key). :data:`SECTIONS` maps every top-level key of the composed config to its schema;
-composition checks every section against it (:func:`elmolab.config.check_config`), so a preset
+composition checks every section against it (:func:`elmolab.core.config.check_config`), so a preset
 that does not fit the schema cannot be composed. The values and the reasons for them live in
 ``conf/`` and ``docs/decisions.md``; the checks below are those the types cannot express. What the
 stages do with a value is documented where it is used.
@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf.errors import ValidationError
 
-from elmolab.errors import ElmolabError
+from elmolab.core.errors import ElmolabError
 
 # --- corpus: the prepare stage (conf/corpus/) ---
 
@@ -137,7 +137,7 @@ AUTO_SCHEME = "auto"  # columns.scheme: the scheme detect_scheme finds in the tr
 
 @dataclass
 class CarveDevConfig:
-    """A dev split carved from train (``elmolab.text.conll.carve_dev``)."""
+    """A dev split carved from train (``elmolab.data.conll.carve_dev``)."""
 
     fraction: float  # share of the training sentences moved to dev
     seed: int  # fixed here, not the global seed: sweeping seeds must not move sentences
@@ -145,7 +145,7 @@ class CarveDevConfig:
 
 @dataclass
 class ColumnsConfig:
-    """How a ``columns`` dataset's files are read (``elmolab.text.conll.read_columns``)."""
+    """How a ``columns`` dataset's files are read (``elmolab.data.conll.read_columns``)."""
 
     token_column: int = 0  # 0-based field index of the token (negative: from the end)
     label_column: int = -1  # field index of the span tag; -1: the last field
@@ -238,14 +238,14 @@ class ExtractConfig:
     device: str  # cpu, cuda, cuda:<n>, or auto (cuda when available)
     max_sentences: int | None  # the first this-many sentences of each split (None: all)
     # bilm-tf models from elsewhere (a published ELMo), name -> folder: extracted only when
-    # ``encoder`` names one, each in a study of its own (``elmolab.config.external_study``)
+    # ``encoder`` names one, each in a study of its own (``elmolab.core.config.external_study``)
     external: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # OmegaConf cannot type "a string or a mapping of two strings"; the shape is checked here,
-        # raised as OmegaConf's own error so that ``elmolab.config.section`` names the config file
-        # and key as it does for any other value of the wrong type. Files are checked at extraction
-        # (the probe stage reads this section too, and needs no biLM).
+        # raised as OmegaConf's own error so that ``elmolab.core.config.section`` names the config
+        # file and key as it does for any other value of the wrong type. Files are checked at
+        # extraction (the probe stage reads this section too, and needs no biLM).
         for name, source in self.encoders.items():
             if not is_encoder_source(source):
                 error = ValidationError(
@@ -576,10 +576,10 @@ class PathsConfig:
 
 @dataclass
 class LoggerConfig:
-    """Schema of ``logger`` (conf/logger/): W&B's settings, read by :mod:`elmolab.tracking`."""
+    """Schema of ``logger`` (conf/logger/): W&B's settings, read by :mod:`elmolab.core.tracking`."""
 
     wandb: bool  # log every stage to W&B too (CSV always)
-    wandb_mode: str  # offline or online (elmolab.tracking.wandb_mode)
+    wandb_mode: str  # offline or online (elmolab.core.tracking.wandb_mode)
 
 
 # Every top-level key of the composed config -> its schema (a type for a plain value).
