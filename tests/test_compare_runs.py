@@ -46,3 +46,25 @@ def test_a_changed_prediction_is_named(tmp_path: Path) -> None:
     proc = _compare(a, b)
     assert proc.returncode == 1
     assert "differs: probes/upos/layer1/trained/seed1/test_predictions.txt" in proc.stdout
+
+
+def test_a_changed_task_model_score_is_named(tmp_path: Path) -> None:
+    a = _workspace(tmp_path / "a", 10.0, "NOUN VERB\n", "abc")
+    b = _workspace(tmp_path / "b", 10.0, "NOUN VERB\n", "abc")
+    for root, f1 in ((a, 72.4), (b, 72.5)):
+        run = root / "artifacts/taskmodel/elmo_trained/seed1/metrics.json"
+        run.parent.mkdir(parents=True)
+        run.write_text(json.dumps({"test_f1": f1, "wall_seconds": f1}))
+    proc = _compare(a, b)
+    assert proc.returncode == 1
+    assert "differs: taskmodel/elmo_trained/seed1/metrics.json" in proc.stdout
+
+
+def test_probe_stages_run_alone_compare_without_a_report(tmp_path: Path) -> None:
+    a = _workspace(tmp_path / "a", 10.0, "NOUN VERB\n", "abc")
+    b = _workspace(tmp_path / "b", 11.0, "NOUN VERB\n", "abc")
+    for root in (a, b):
+        (root / "artifacts/report/summary.json").unlink()
+    proc = _compare(a, b)
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.strip().endswith("report summary in neither")

@@ -4,8 +4,10 @@ only: run the same preset on a checkout of each commit and compare their workspa
     .venv/bin/python tools/compare_runs.py BEFORE AFTER
 
 Compares every result file (``elmolab.io.results.reproducible_results``: the biLM's and control's
-metrics, every probe run's metrics, online code and test predictions, every extraction record)
-without timings, and the report's ``summary.json`` without timings and the commit it names.
+metrics, every probe run's metrics, online code and test predictions, every extraction record,
+the task model's and the polysemy stage's results) without timings, and the report's
+``summary.json`` without timings and the commit it names (where neither workspace has a report,
+e.g. a probe stage run alone by ``bench/probe_stage.py``, the results only).
 Prints what differs; exit status 1 when anything does.
 """
 
@@ -23,8 +25,13 @@ from elmolab.io.results import reproducible_results, without_timings
 RUN_FIELDS = ("code_version", "information_time")
 
 
-def _summary(root: Path) -> dict:
-    summary = json.loads((root / "artifacts" / "report" / "summary.json").read_text())
+def _summary(root: Path) -> dict | None:
+    """The report's summary without what names the run; None where no report was made (e.g. a
+    probe stage run on its own)."""
+    path = root / "artifacts" / "report" / "summary.json"
+    if not path.is_file():
+        return None
+    summary = json.loads(path.read_text())
     return without_timings({k: v for k, v in summary.items() if k not in RUN_FIELDS})
 
 
@@ -40,14 +47,17 @@ def main() -> int:
         print(f"differs: {name}")
     for name in only:
         print(f"in one only: {name}")
-    same_summary = _summary(args.before) == _summary(args.after)
+    summaries = _summary(args.before), _summary(args.after)
+    same_summary = summaries[0] == summaries[1]
     if not same_summary:
         print("differs: report/summary.json")
+    summary = (
+        "in neither" if summaries == (None, None) else "the same" if same_summary else "differs"
+    )
     predictions = sum(name.endswith(".txt") for name in before)
     print(
         f"{len(before)} vs {len(after)} result files ({predictions} prediction files):"
-        f" {len(differ)} differ, {len(only)} in one only; report summary"
-        f" {'the same' if same_summary else 'differs'}"
+        f" {len(differ)} differ, {len(only)} in one only; report summary {summary}"
     )
     return int(bool(differ or only or not same_summary))
 

@@ -165,15 +165,20 @@ def without_timings(value: Any) -> Any:
 def reproducible_results(artifacts: Path) -> dict[str, Any]:
     """What a finished pipeline under ``artifacts`` computed, by path: the biLM's and the random
     control's metrics, every probe run's metrics and online code, every extraction record
-    (``ENCODER_SUMMARY``), without timings, and every test prediction file's text. Two runs of
-    the same code on the same data and machine must agree on all of it."""
+    (``ENCODER_SUMMARY``), every task model run's metrics, the polysemy table, without timings,
+    and every test prediction file's text. Two runs of the same code on the same data and machine
+    must agree on all of it."""
     probes = artifacts / "probes"
-    models = [artifacts / name / METRICS_FILE for name in ("bilm", "bilm_random")]
+    single = [
+        *(artifacts / name / METRICS_FILE for name in ("bilm", "bilm_random", "taskmodel")),
+        artifacts / "polysemy" / "neighbours.json",
+    ]
     files = [
-        *(path for path in models if path.is_file()),  # none in a study of external models
+        *(path for path in single if path.is_file()),  # a stage the study did not run: none
         *sorted(probes.rglob(METRICS_FILE)),
         *sorted(probes.rglob(ONLINE_CODE_FILE)),
         *sorted((artifacts / "features").glob(f"*/*/{ENCODER_SUMMARY}")),
+        *sorted((artifacts / "taskmodel").glob(f"*/*/{METRICS_FILE}")),
     ]
     results: dict[str, Any] = {
         str(path.relative_to(artifacts)): without_timings(json.loads(path.read_text()))
