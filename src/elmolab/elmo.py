@@ -35,10 +35,9 @@ import torch
 from torch import Tensor, nn
 
 from elmolab.core.errors import ElmolabError
-from elmolab.io.results import FeatureMode
 from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.models.bilm_tf import load_bilm_weights
-from elmolab.models.scalar_mix import HeadMix, normalize_layers
+from elmolab.models.scalar_mix import ScalarMix
 from elmolab.text.chars import MAX_CHARACTERS_PER_TOKEN, char_ids_for_sentences
 
 PathLike = str | os.PathLike[str]
@@ -111,8 +110,9 @@ class Elmo(nn.Module):
 
     The biLM's own training dropout (``dropout`` in ``options.json``) is not applied, as in
     allennlp. Attributes: ``bilm`` (``elmolab.models.bilm.BiLM``), ``num_layers`` (the biLM's
-    LSTM layers + 1), ``scalar_mix`` (``HeadMix``, one head per representation: ``w``
-    (num_output_representations, num_layers) and ``gamma`` (num_output_representations,)).
+    LSTM layers + 1), ``scalar_mix`` (``elmolab.models.scalar_mix.ScalarMix``, one head per
+    representation: ``w`` (num_output_representations, num_layers) and ``gamma``
+    (num_output_representations,)).
     """
 
     def __init__(
@@ -154,20 +154,21 @@ class Elmo(nn.Module):
                     options_file,
                 )
             fixed = torch.softmax(torch.tensor(logits, dtype=torch.float32), dim=0)
-            fixed = fixed.expand(num_output_representations, -1)  # (k, num_layers)
         self.bilm = BiLM(options, stateful=stateful)
         load_bilm_weights(self.bilm, weight_file, options_file)
         self.bilm.requires_grad_(requires_grad)
         self.requires_grad = requires_grad
-        mode = FeatureMode.SCALAR_MIX if fixed is None else FeatureMode.MEAN  # MEAN: any frozen
-        self.scalar_mix = HeadMix(
-            [mode] * num_output_representations, self.num_layers, l2_lambda=1.0, fixed=fixed
+        self.scalar_mix = ScalarMix(
+            self.num_layers,
+            num_output_representations,
+            learned=fixed is None,
+            fixed=fixed,
+            l2_lambda=1.0,
+            layer_norm=do_layer_norm,
+            eps=LAYER_NORM_EPS,
         )
         if fixed is not None:
             self.scalar_mix.requires_grad_(False)
-        self.register_buffer(
-            "_heads", torch.arange(num_output_representations), persistent=False
-        )  # (k,)
         self.do_layer_norm = do_layer_norm
         self.keep_sentence_boundaries = keep_sentence_boundaries
         self.dropout = nn.Dropout(dropout)
@@ -183,7 +184,7 @@ class Elmo(nn.Module):
     def scalar_mix_l2(self, lambda_: float) -> Tensor:
         """The paper's regularizer ``lambda_ * sum_k ||w_k||^2`` over the learned mix weights, a
         scalar tensor to add to the task loss (0 with fixed ``scalar_mix_parameters``)."""
-        return lambda_ * self.scalar_mix.penalty(self._heads).sum()
+        return lambda_ * self.scalar_mix.penalty().sum()
 
     def forward(self, char_ids: Tensor) -> dict[str, Tensor | list[Tensor]]:
         """``char_ids``: long (batch, timesteps, 50) as ``batch_to_ids`` makes them (any leading
@@ -203,11 +204,8 @@ class Elmo(nn.Module):
         flat = char_ids.reshape(-1, *char_ids.shape[-2:])  # (batch, timesteps, 50)
         with torch.set_grad_enabled(self.requires_grad and torch.is_grad_enabled()):
             layers, marked = self.bilm(flat, keep_marks=True)  # (batch, L, time + 2, D)
-        x = layers.transpose(0, 1)[:, None]  # (L, 1, batch, time + 2, D): one minibatch
-        if self.do_layer_norm:
-            x = normalize_layers(x, marked[None], eps=LAYER_NORM_EPS)
-        groups = torch.zeros_like(self._heads)  # (k,) every mix reads the one minibatch
-        mixed = self.scalar_mix(x, groups, self._heads)  # (k, batch, time + 2, D)
+        # The layer norm's statistics take <S> and </S> too, as allennlp's do.
+        mixed = self.scalar_mix(layers.transpose(0, 1), mask=marked)  # (k, batch, time + 2, D)
         if self.keep_sentence_boundaries:
             mask = marked  # (batch, time + 2)
         else:

@@ -6,7 +6,7 @@ For token ``k`` of a sentence the input is
 
 ``t_k`` the context-free vector (the token encoder's layer 0), ``E w_k`` the task model's own word
 embedding, and, with an ELMo input, the learned scalar mix of the mix encoder's layers ``h_j``
-(ELMo, Peters et al. 2018, eq. 1; ``elmolab.models.scalar_mix.HeadMix``, whose L2 penalty
+(ELMo, Peters et al. 2018, eq. 1; ``elmolab.models.scalar_mix.ScalarMix``, whose L2 penalty
 ``lambda |s|^2`` joins the loss). Frozen, the layers come from the extract stage's cache;
 fine-tuned, a :class:`FineTunedLayers` runs the biLM inside the tagger and its parameters train
 with the rest.
@@ -28,9 +28,8 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torchcrf import CRF
 
-from elmolab.io.results import FeatureMode
 from elmolab.models.bilm import BiLM
-from elmolab.models.scalar_mix import HeadMix
+from elmolab.models.scalar_mix import ScalarMix
 from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score
 
 
@@ -69,10 +68,6 @@ class FineTunedLayers(nn.Module):
         return (layers - self.mean) / self.std
 
 
-# HeadMix serves many heads; the tagger's one mix is head 0, reading minibatch 0.
-_ONE_HEAD = torch.zeros(1, dtype=torch.int64)
-
-
 @dataclass(frozen=True)
 class TaggerShape:
     """The tagger's sizes (``taskmodel`` config, and the data)."""
@@ -99,9 +94,7 @@ class BiLstmCrfTagger(nn.Module):
         self.encoder = encoder  # None: the mix reads the batch's cached layers
         self.words = nn.Embedding(shape.num_words, shape.word_dim) if shape.word_dim else None
         self.mix = (
-            HeadMix([FeatureMode.SCALAR_MIX], shape.mix_layers, shape.l2_lambda)
-            if shape.mix_layers
-            else None
+            ScalarMix(shape.mix_layers, l2_lambda=shape.l2_lambda) if shape.mix_layers else None
         )
         width = shape.token_dim + shape.word_dim + (shape.mix_dim if shape.mix_layers else 0)
         self.dropout = nn.Dropout(shape.dropout)
@@ -123,8 +116,7 @@ class BiLstmCrfTagger(nn.Module):
             parts.append(self.words(batch["words"]))  # (B, T, word_dim)
         if self.mix is not None:
             layers = batch["layers"] if self.encoder is None else self.encoder(batch["chars"])
-            layers = layers[:, None]  # (L, 1, B, T, dim): one minibatch, one head
-            parts.append(self.mix(layers, _ONE_HEAD, _ONE_HEAD)[0])  # (B, T, dim)
+            parts.append(self.mix(layers)[0])  # (B, T, dim): the one head
         return torch.cat(parts, dim=-1)
 
     def emissions(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -143,7 +135,7 @@ class BiLstmCrfTagger(nn.Module):
 
     def penalty(self) -> torch.Tensor:
         """``lambda |s|^2`` of the learned mix weights (0 without a mix)."""
-        return self.mix.penalty(_ONE_HEAD)[0] if self.mix is not None else torch.zeros(())
+        return self.mix.penalty()[0] if self.mix is not None else torch.zeros(())
 
     def decode(self, batch: dict[str, torch.Tensor]) -> list[list[int]]:
         """The Viterbi tag sequence of each sentence (its own length)."""
