@@ -1,11 +1,18 @@
 """The scalar mix (ScalarMix, frozen modes) and the layer norm against independent numpy
 computations."""
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
+from conftest import default_probe_settings
+from torch import nn
 
 from elmolab.core.errors import ElmolabError
+from elmolab.elmo import Elmo
+from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.models.scalar_mix import (
     FeatureMode,
     ScalarMix,
@@ -13,6 +20,10 @@ from elmolab.models.scalar_mix import (
     mix_layers,
     normalize_layers,
 )
+from elmolab.probing.engine import HeadProbes
+from elmolab.probing.probes import Head, LayerInput
+from elmolab.taskmodel.model import BiLstmCrfTagger, FineTunedLayers, TaggerShape
+from tests.fixtures.workspace import FIXTURE_OPTIONS
 
 MODES = [FeatureMode(mode) for mode in ("layer0", "layer1", "layer2", "mean", "scalar_mix")]
 
@@ -198,3 +209,26 @@ def test_fixed_weights_and_bad_arguments() -> None:
         ScalarMix(3, heads=2, learned=False, fixed=torch.ones(2))
     with pytest.raises(ValueError, match="no fixed weights"):
         ScalarMix.of_modes([FeatureMode.CONCAT], 3)
+
+
+def test_every_mix_is_the_one_scalar_mix() -> None:
+    """The probe reference, the probe engine, Elmo and the task model (frozen and fine-tuned)
+    mix with ``ScalarMix``, and the package defines no other mix module."""
+    heads = [Head(FeatureMode.MEAN, 1), Head(FeatureMode.SCALAR_MIX, 1)]
+    engine = HeadProbes(heads, 3, 4, default_probe_settings(), lambda _, width: nn.Identity())
+    bilm = BiLM(BiLMOptions.from_json(FIXTURE_OPTIONS))
+    shape = TaggerShape(3, 4, 1, 0, 3, 4, 8, 1, 0.0, 0.0)
+    tuned = FineTunedLayers.of(bilm, torch.zeros(3, 4), torch.ones(3, 4))
+    mixes = [
+        LayerInput(FeatureMode.SCALAR_MIX, 3, 4).mix,
+        *(part.mix for part in engine.parts),
+        Elmo.from_bilm(bilm, 2).scalar_mix,
+        Elmo.of_layers(3, 1).scalar_mix,
+        BiLstmCrfTagger(shape).elmo.scalar_mix,
+        BiLstmCrfTagger(shape, tuned).elmo.scalar_mix,
+    ]
+    assert len(mixes) == 7 and all(type(mix) is ScalarMix for mix in mixes)
+    package = Path(__file__).parents[2] / "src" / "elmolab"
+    modules = re.compile(r"^class (\w*Mix\w*)\((?:nn\.)?Module\)", re.MULTILINE)
+    found = [m for path in package.rglob("*.py") for m in modules.findall(path.read_text())]
+    assert found == ["ScalarMix"]
