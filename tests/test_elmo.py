@@ -221,6 +221,35 @@ def test_leading_dimensions_are_kept(fixture_dir: Path, batches) -> None:
     assert elmo.get_output_dim() == flat["elmo_representations"][0].shape[-1] == 32
 
 
+def test_an_elmo_of_a_bilm_in_memory_and_of_given_layers(fixture_dir: Path, batches) -> None:
+    """``Elmo.from_bilm`` is the file constructor's ``Elmo`` (a copy: fine-tuning leaves the
+    given biLM as it is); ``layers`` then ``mix`` give ``forward``'s representations (the
+    boundaries kept), and an ``Elmo.of_layers`` mixes them alike without a biLM."""
+    ids = batch_to_ids(batches[0])
+    loaded = make_elmo(fixture_dir, do_layer_norm=True, keep_sentence_boundaries=True)
+    elmo = Elmo.from_bilm(
+        loaded.bilm, 2, dropout=0.0, do_layer_norm=True, keep_sentence_boundaries=True
+    )
+    assert elmo.bilm is not loaded.bilm
+    want = loaded(ids)
+    found = elmo(ids)
+    pairs = zip(found["elmo_representations"], want["elmo_representations"], strict=True)
+    assert all(torch.equal(mine, theirs) for mine, theirs in pairs)
+    layers, mask = elmo.layers(ids)  # (L, batch, time + 2, D): the boundaries kept
+    assert torch.equal(mask, want["mask"]) and layers.shape[:2] == (3, len(batches[0]))
+    mixed = elmo.mix(layers, mask)
+    given = Elmo.of_layers(3, 2, do_layer_norm=True, dropout=0.0).mix(layers, mask)
+    for a, b, c in zip(mixed, given, want["elmo_representations"], strict=True):
+        assert torch.equal(a, b) and torch.equal(a, c)
+    with pytest.raises(ElmolabError, match="has no biLM"):
+        Elmo.of_layers(3, 1)(ids)
+    with pytest.raises(ElmolabError, match="layers has 2 layers on its first axis, the mix has 3"):
+        elmo.mix(layers[:2])
+    tuned = Elmo.from_bilm(loaded.bilm, 1, requires_grad=True)
+    assert all(p.requires_grad for p in tuned.bilm.parameters())
+    assert not any(p.requires_grad for p in loaded.bilm.parameters())
+
+
 def test_bad_arguments(fixture_dir: Path) -> None:
     expect_error(lambda: make_elmo_k(fixture_dir, 0), None, None, "must be at least 1, got 0")
     expect_error(
@@ -228,6 +257,12 @@ def test_bad_arguments(fixture_dir: Path) -> None:
         fixture_dir / "options.json",
         None,
         "scalar_mix_parameters has 2 values, the model has 3 layers to mix",
+    )
+    expect_error(
+        lambda: Elmo.of_layers(2, 1, scalar_mix_parameters=[0.0]),
+        None,
+        None,
+        "scalar_mix_parameters has 1 values, the model has 2 layers to mix",
     )
 
 

@@ -30,15 +30,15 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from elmolab.core.errors import ElmolabError
-from elmolab.io.results import FeatureMode
 from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.models.bilm_tf import load_bilm_weights
-from elmolab.models.scalar_mix import HeadMix, normalize_layers
+from elmolab.models.scalar_mix import ScalarMix
 from elmolab.text.chars import MAX_CHARACTERS_PER_TOKEN, char_ids_for_sentences
 
 PathLike = str | os.PathLike[str]
@@ -111,8 +111,12 @@ class Elmo(nn.Module):
 
     The biLM's own training dropout (``dropout`` in ``options.json``) is not applied, as in
     allennlp. Attributes: ``bilm`` (``elmolab.models.bilm.BiLM``), ``num_layers`` (the biLM's
-    LSTM layers + 1), ``scalar_mix`` (``HeadMix``, one head per representation: ``w``
-    (num_output_representations, num_layers) and ``gamma`` (num_output_representations,)).
+    LSTM layers + 1), ``scalar_mix`` (``elmolab.models.scalar_mix.ScalarMix``, one head per
+    representation: ``w`` (num_output_representations, num_layers) and ``gamma``
+    (num_output_representations,)).
+
+    :meth:`from_bilm` builds one of a biLM in memory, :meth:`of_layers` one that mixes layers
+    the caller already has (:meth:`mix`); :meth:`layers` gives the biLM's layers unmixed.
     """
 
     def __init__(
@@ -128,62 +132,130 @@ class Elmo(nn.Module):
         stateful: bool = False,
     ) -> None:
         super().__init__()
-        if isinstance(num_output_representations, bool) or not isinstance(
-            num_output_representations, int
-        ):
-            raise ElmolabError(
-                f"num_output_representations must be an integer, got {num_output_representations!r}"
-            )
-        if num_output_representations < 1:
-            raise ElmolabError(
-                f"num_output_representations must be at least 1, got {num_output_representations}"
-            )
-        if not 0 <= dropout < 1:
-            raise ElmolabError(f"dropout must be in [0, 1), got {dropout!r}")
+        _check_arguments(num_output_representations, dropout)
         # allennlp's biLM runs without the options' training dropout, in train mode too.
         options = dataclasses.replace(BiLMOptions.from_json(options_file), dropout=0.0)
-        self.num_layers = options.lstm.n_layers + 1
+        fixed = _fixed_weights(scalar_mix_parameters, options, options_file)
+        bilm = BiLM(options, stateful=stateful)
+        load_bilm_weights(bilm, weight_file, options_file)
+        self._build(
+            bilm,
+            options.lstm.n_layers + 1,
+            num_output_representations,
+            fixed,
+            requires_grad=requires_grad,
+            do_layer_norm=do_layer_norm,
+            dropout=dropout,
+            keep_sentence_boundaries=keep_sentence_boundaries,
+        )
+
+    @classmethod
+    def from_bilm(
+        cls,
+        bilm: BiLM,
+        num_output_representations: int,
+        *,
+        dropout: float = 0.5,
+        scalar_mix_parameters: Sequence[float] | None = None,
+        stateful: bool = False,
+        **settings: Any,
+    ) -> Elmo:
+        """The ``Elmo`` of a biLM in memory (e.g. one trained here, not yet exported), with the
+        constructor's keyword parameters (``settings``: ``requires_grad``, ``do_layer_norm``,
+        ``keep_sentence_boundaries``). It runs a copy of ``bilm`` without its training dropout, so
+        fine-tuning (``requires_grad``) leaves ``bilm`` as it is."""
+        _check_arguments(num_output_representations, dropout)
+        options = dataclasses.replace(bilm.options, dropout=0.0)
+        fixed = _fixed_weights(scalar_mix_parameters, options, None)
+        copy = BiLM(options, stateful=stateful)
+        copy.load_state_dict(bilm.state_dict())
+        elmo = cls.__new__(cls)
+        nn.Module.__init__(elmo)
+        elmo._build(
+            copy,
+            options.lstm.n_layers + 1,
+            num_output_representations,
+            fixed,
+            dropout=dropout,
+            **settings,
+        )
+        return elmo
+
+    @classmethod
+    def of_layers(
+        cls,
+        num_layers: int,
+        num_output_representations: int,
+        do_layer_norm: bool = False,
+        dropout: float = 0.5,
+        scalar_mix_parameters: Sequence[float] | None = None,
+    ) -> Elmo:
+        """An ``Elmo`` without a biLM, for layers the caller already has (e.g. features cached by
+        the extract stage): :meth:`mix` gives their representations; what needs the biLM
+        (``forward``, :meth:`layers`, :meth:`get_output_dim`, :meth:`reset_states`) raises
+        ElmolabError."""
+        _check_arguments(num_output_representations, dropout)
         fixed = None
         if scalar_mix_parameters is not None:
-            logits = list(scalar_mix_parameters)
-            if len(logits) != self.num_layers:
-                raise ElmolabError(
-                    f"scalar_mix_parameters has {len(logits)} values, the model has "
-                    f"{self.num_layers} layers to mix (the token layer and "
-                    f"{options.lstm.n_layers} LSTM layers)",
-                    options_file,
-                )
-            fixed = torch.softmax(torch.tensor(logits, dtype=torch.float32), dim=0)
-            fixed = fixed.expand(num_output_representations, -1)  # (k, num_layers)
-        self.bilm = BiLM(options, stateful=stateful)
-        load_bilm_weights(self.bilm, weight_file, options_file)
-        self.bilm.requires_grad_(requires_grad)
+            fixed = _softmax_of(scalar_mix_parameters, num_layers, f"{num_layers} layers to mix")
+        elmo = cls.__new__(cls)
+        nn.Module.__init__(elmo)
+        elmo._build(
+            None,
+            num_layers,
+            num_output_representations,
+            fixed,
+            do_layer_norm=do_layer_norm,
+            dropout=dropout,
+        )
+        return elmo
+
+    def _build(
+        self,
+        bilm: BiLM | None,
+        num_layers: int,
+        num_output_representations: int,
+        fixed: Tensor | None,
+        *,
+        requires_grad: bool = False,
+        do_layer_norm: bool = False,
+        dropout: float = 0.5,
+        keep_sentence_boundaries: bool = False,
+    ) -> None:
+        """The mixes, and the settings every constructor shares; ``fixed``: the softmax of
+        ``scalar_mix_parameters`` (None: learned mixes)."""
+        self.num_layers = num_layers
+        self.bilm = bilm
+        if bilm is not None:
+            bilm.requires_grad_(requires_grad)
         self.requires_grad = requires_grad
-        mode = FeatureMode.SCALAR_MIX if fixed is None else FeatureMode.MEAN  # MEAN: any frozen
-        self.scalar_mix = HeadMix(
-            [mode] * num_output_representations, self.num_layers, l2_lambda=1.0, fixed=fixed
+        self.scalar_mix = ScalarMix(
+            num_layers,
+            num_output_representations,
+            learned=fixed is None,
+            fixed=fixed,
+            l2_lambda=1.0,
+            layer_norm=do_layer_norm,
+            eps=LAYER_NORM_EPS,
         )
         if fixed is not None:
             self.scalar_mix.requires_grad_(False)
-        self.register_buffer(
-            "_heads", torch.arange(num_output_representations), persistent=False
-        )  # (k,)
         self.do_layer_norm = do_layer_norm
         self.keep_sentence_boundaries = keep_sentence_boundaries
         self.dropout = nn.Dropout(dropout)
 
     def get_output_dim(self) -> int:
         """The size of each representation: ``2 * projection_dim``."""
-        return 2 * self.bilm.options.lstm.projection_dim
+        return 2 * self._the_bilm().options.lstm.projection_dim
 
     def reset_states(self) -> None:
         """Forget the LSTM states carried between calls (``stateful=True`` only)."""
-        self.bilm.reset_states()
+        self._the_bilm().reset_states()
 
     def scalar_mix_l2(self, lambda_: float) -> Tensor:
         """The paper's regularizer ``lambda_ * sum_k ||w_k||^2`` over the learned mix weights, a
         scalar tensor to add to the task loss (0 with fixed ``scalar_mix_parameters``)."""
-        return lambda_ * self.scalar_mix.penalty(self._heads).sum()
+        return lambda_ * self.scalar_mix.penalty().sum()
 
     def forward(self, char_ids: Tensor) -> dict[str, Tensor | list[Tensor]]:
         """``char_ids``: long (batch, timesteps, 50) as ``batch_to_ids`` makes them (any leading
@@ -198,16 +270,9 @@ class Elmo(nn.Module):
         that shape: floats, word ids (batch, timesteps), sentences not yet through
         ``batch_to_ids``. Other integer types are read as long.
         """
-        char_ids = _checked_char_ids(char_ids)
-        leading = char_ids.shape[:-2]
-        flat = char_ids.reshape(-1, *char_ids.shape[-2:])  # (batch, timesteps, 50)
-        with torch.set_grad_enabled(self.requires_grad and torch.is_grad_enabled()):
-            layers, marked = self.bilm(flat, keep_marks=True)  # (batch, L, time + 2, D)
-        x = layers.transpose(0, 1)[:, None]  # (L, 1, batch, time + 2, D): one minibatch
-        if self.do_layer_norm:
-            x = normalize_layers(x, marked[None], eps=LAYER_NORM_EPS)
-        groups = torch.zeros_like(self._heads)  # (k,) every mix reads the one minibatch
-        mixed = self.scalar_mix(x, groups, self._heads)  # (k, batch, time + 2, D)
+        leading, layers, marked = self._bilm_layers(char_ids)
+        # The layer norm's statistics take <S> and </S> too, as allennlp's do.
+        mixed = self.scalar_mix(layers, mask=marked)  # (k, batch, time + 2, D)
         if self.keep_sentence_boundaries:
             mask = marked  # (batch, time + 2)
         else:
@@ -221,6 +286,89 @@ class Elmo(nn.Module):
             "elmo_representations": representations,
             "mask": mask.reshape(*leading, mask.shape[-1]),
         }
+
+    def layers(self, char_ids: Tensor) -> tuple[Tensor, Tensor]:
+        """The biLM's layers before mixing, as :meth:`mix` reads them: ``(num_layers, ...,
+        timesteps, 2 * proj)`` (the layer axis first; ``char_ids`` as ``forward`` reads them)
+        and the mask ``(..., timesteps)``; ``timesteps + 2`` with ``keep_sentence_boundaries``.
+        Positions the mask marks False hold ``</S>``'s or padding's activations."""
+        leading, layers, marked = self._bilm_layers(char_ids)
+        if not self.keep_sentence_boundaries:
+            layers, marked = layers[:, :, 1:-1], marked[:, 2:]  # token t at position t
+        return (
+            layers.reshape(self.num_layers, *leading, *layers.shape[2:]),
+            marked.reshape(*leading, marked.shape[-1]),
+        )
+
+    def mix(self, layers: Tensor, mask: Tensor | None = None) -> list[Tensor]:
+        """The representations of layers the caller already has, ``(num_layers, ..., dim)``
+        (the layer axis first, as :meth:`layers` gives them and the extract stage caches them),
+        ``mask`` ``(...)`` True at real tokens (the layer norm's statistics; None: all real):
+        ``num_output_representations`` tensors ``(..., dim)``, each its own scalar mix, after
+        dropout."""
+        if layers.shape[0] != self.num_layers:
+            raise ElmolabError(
+                f"Elmo.mix: layers has {layers.shape[0]} layers on its first axis, the mix has "
+                f"{self.num_layers}"
+            )
+        return [self.dropout(r) for r in self.scalar_mix(layers, mask=mask).unbind(0)]
+
+    def _the_bilm(self) -> BiLM:
+        if self.bilm is None:
+            raise ElmolabError(
+                "this Elmo has no biLM (Elmo.of_layers): it mixes given layers, with Elmo.mix"
+            )
+        return self.bilm
+
+    def _bilm_layers(self, char_ids: Tensor) -> tuple[torch.Size, Tensor, Tensor]:
+        """The leading shape of ``char_ids``, the biLM's layers ``(L, batch, time + 2, D)`` with
+        ``<S>`` first and the mask of ``<S>``, the tokens and ``</S>`` ``(batch, time + 2)``."""
+        bilm = self._the_bilm()
+        char_ids = _checked_char_ids(char_ids)
+        leading = char_ids.shape[:-2]
+        flat = char_ids.reshape(-1, *char_ids.shape[-2:])  # (batch, timesteps, 50)
+        with torch.set_grad_enabled(self.requires_grad and torch.is_grad_enabled()):
+            layers, marked = bilm(flat, keep_marks=True)  # (batch, L, time + 2, D)
+        return leading, layers.transpose(0, 1), marked
+
+
+def _check_arguments(num_output_representations: object, dropout: float) -> None:
+    if isinstance(num_output_representations, bool) or not isinstance(
+        num_output_representations, int
+    ):
+        raise ElmolabError(
+            f"num_output_representations must be an integer, got {num_output_representations!r}"
+        )
+    if num_output_representations < 1:
+        raise ElmolabError(
+            f"num_output_representations must be at least 1, got {num_output_representations}"
+        )
+    if not 0 <= dropout < 1:
+        raise ElmolabError(f"dropout must be in [0, 1), got {dropout!r}")
+
+
+def _fixed_weights(
+    scalar_mix_parameters: Sequence[float] | None, options: BiLMOptions, path: PathLike | None
+) -> Tensor | None:
+    """``softmax(scalar_mix_parameters)`` ``(num_layers,)``, every representation's fixed
+    weights (None: learned mixes), or an ElmolabError naming ``path`` if their count is not the
+    biLM's."""
+    if scalar_mix_parameters is None:
+        return None
+    n = options.lstm.n_layers
+    layers = f"{n + 1} layers to mix (the token layer and {n} LSTM layers)"
+    return _softmax_of(scalar_mix_parameters, n + 1, layers, path)
+
+
+def _softmax_of(
+    logits: Sequence[float], num_layers: int, layers: str, path: PathLike | None = None
+) -> Tensor:
+    values = list(logits)
+    if len(values) != num_layers:
+        raise ElmolabError(
+            f"scalar_mix_parameters has {len(values)} values, the model has {layers}", path
+        )
+    return torch.softmax(torch.tensor(values, dtype=torch.float32), dim=0)
 
 
 def _checked_char_ids(char_ids: object) -> Tensor:

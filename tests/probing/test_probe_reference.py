@@ -16,12 +16,12 @@ from test_trees import _split as tree_split
 
 from elmolab.core.schema import SPLIT_ROLES
 from elmolab.io.results import FeatureMode
+from elmolab.models.scalar_mix import ScalarMix
 from elmolab.probing.engine import train_heads
 from elmolab.probing.metrics import LabelVocabulary
 from elmolab.probing.probes import (
     Head,
     LayerInput,
-    ScalarMix,
     StructuralProbe,
     build,
     fit,
@@ -77,10 +77,10 @@ def _assert_trains_as_the_engine(kind, heads, splits, settings, vocabulary=None,
         else:
             assert (dev.score, test.score) == pytest.approx((result.dev, result.test)), where
         mix = probe.input.mix
-        if mix is not None and mix.learned:
-            weights = torch.softmax(mix.w, dim=0).tolist()
+        if mix is not None and mix.learned[0]:
+            weights, gamma = mix.summary(0)
             assert weights == pytest.approx(result.mix_weights, rel=1e-5), where
-            assert float(mix.gamma.detach()) == pytest.approx(result.gamma, rel=1e-5), where
+            assert gamma == pytest.approx(result.gamma, rel=1e-5), where
 
 
 @pytest.mark.parametrize(
@@ -133,8 +133,8 @@ def test_scalar_mix_is_gamma_times_softmax_weighted_layers() -> None:
         mix.gamma.fill_(1.7)
     s = np.exp([0.2, -1.0, 0.7]) / np.exp([0.2, -1.0, 0.7]).sum()
     expected = 1.7 * sum(float(s[j]) * layers[j] for j in range(3))
-    torch.testing.assert_close(mix(layers), expected)
-    assert float(mix.penalty()) == pytest.approx(0.5 * (0.04 + 1.0 + 0.49))
+    torch.testing.assert_close(mix(layers)[0], expected)
+    assert mix.penalty().item() == pytest.approx(0.5 * (0.04 + 1.0 + 0.49))
     one_hot = LayerInput(FeatureMode.LAYER2, 3, 5)
     assert torch.equal(one_hot(layers), layers[2])
     beside = LayerInput(FeatureMode.MEAN, 3, 5, baseline=True)

@@ -18,8 +18,11 @@ from elmolab.core.config import section
 from elmolab.core.errors import ElmolabError
 from elmolab.core.schema import SPLIT_ROLES, ExtractConfig, GridConfig, TaskConfig, TaskModelConfig
 from elmolab.data.catalogue import data_catalog
+from elmolab.elmo import batch_to_ids
+from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.probing.metrics import LabelVocabulary
 from elmolab.taskmodel.data import PadBatch, TaggingSplit, WordVocabulary
+from elmolab.taskmodel.model import BiLstmCrfTagger, FineTunedLayers, TaggerShape
 from elmolab.taskmodel.stage import (
     TaskData,
     error_reduction,
@@ -31,7 +34,7 @@ from elmolab.taskmodel.stage import (
     train_one,
 )
 from tests.conftest import expect_error
-from tests.fixtures.workspace import make_workspace
+from tests.fixtures.workspace import FIXTURE_OPTIONS, make_workspace
 
 TAGS = ["B-X", "I-X", "O"]
 TOY = TaskConfig(
@@ -239,17 +242,18 @@ def test_a_fine_tuned_bilm_starts_at_the_frozen_features_and_trains(workspace) -
     encoder = fine_tuned_encoder(config, data, "finetune_trained", extract.encoders)()
     sentences = list(range(min(16, len(tuned["dev"]))))
     batch, cached = PadBatch(tuned["dev"])(sentences), PadBatch(frozen["dev"])(sentences)
+    encoder.elmo.eval()
     with torch.no_grad():
-        layers = encoder.eval()(batch["chars"])  # (L, B, T, dim)
+        layers = encoder.layers(batch["chars"])  # (L, B, T, dim)
     mask = batch["mask"]
     assert layers.shape == cached["layers"].shape
     # the cache holds float16: equal within its rounding, on standardized values of size ~1
     torch.testing.assert_close(layers[:, mask], cached["layers"][:, mask], atol=0.02, rtol=0.01)
 
-    encoder.train()
-    before = {k: v.clone() for k, v in encoder.bilm.state_dict().items()}
+    encoder.elmo.train()
+    before = {k: v.clone() for k, v in encoder.elmo.bilm.state_dict().items()}
     result, _ = train_one(config, data, tuned, 1, "finetune_trained/seed1", encoder)
-    after = encoder.bilm.state_dict()
+    after = encoder.elmo.bilm.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)  # the biLM trained
     assert result["mix_weights"] is not None and result["epochs"] == 1
 
@@ -271,3 +275,45 @@ def test_fine_tuning_an_encoder_that_is_not_there_names_the_key(workspace) -> No
     data = load_task_data(config, _task(cfg, config), data_catalog(extract))
     with pytest.raises(ElmolabError, match=r"taskmodel\.finetune_encoders: .elsewhere. is not one"):
         fine_tuned_encoder(config, data, "finetune_elsewhere", extract.encoders)
+
+
+def _former_mix(w: torch.Tensor, gamma: torch.Tensor, layers: torch.Tensor) -> torch.Tensor:
+    """The tagger's mix as it was computed before ``Elmo`` carried it: one head reading one
+    minibatch, ``(gamma * softmax(w)) x`` as one matrix product over the layers."""
+    s = gamma[:, None] * torch.softmax(w, dim=-1)  # (1, L)
+    return (s @ layers.reshape(len(layers), -1)).view(layers.shape[1:])  # (B, T, dim)
+
+
+@pytest.mark.parametrize("tuned", [False, True])
+def test_the_elmo_input_is_the_former_computation_bit_for_bit(tuned: bool) -> None:
+    """The tagger's ELMo input (``Elmo.mix`` of the cached layers, or of a fine-tuned copy of a
+    biLM standardized by the train split's statistics) and its penalty are, bit for bit, what the
+    tagger computed before ``Elmo`` held its mix, in train mode (``Elmo``'s dropout 0 is none)."""
+    options = BiLMOptions.from_json(FIXTURE_OPTIONS)
+    torch.manual_seed(0)
+    bilm = BiLM(options)
+    layers, dim = options.lstm.n_layers + 1, 2 * options.lstm.projection_dim
+    split = _synthetic(6, 0, True)
+    words = [f"w{i % 7}" for i in range(len(split.tags))]
+    chars = batch_to_ids([words])[0].to(torch.int16)  # (tokens, 50)
+    split = dataclasses.replace(split, layers=torch.randn(layers, len(split.tags), dim))
+    split = dataclasses.replace(split, chars=chars)
+    batch = PadBatch(split)(list(range(6)))
+    mean, std = torch.randn(layers, dim), torch.rand(layers, dim) + 0.5
+    encoder = FineTunedLayers.of(bilm, mean, std) if tuned else None
+    shape = TaggerShape(3, 8, 1, 0, layers, dim, 8, 1, 0.0, 0.3)
+    tagger = BiLstmCrfTagger(shape, encoder).train()
+    assert tagger.elmo is not None
+    mix = tagger.elmo.scalar_mix
+    with torch.no_grad():
+        mix.w.copy_(torch.tensor([[0.4, -0.3, 1.1]]))
+        mix.gamma.fill_(1.6)
+    cached = batch["layers"]
+    if tuned:  # the former FineTunedLayers: a copy of the biLM without training dropout
+        copy = BiLM(dataclasses.replace(options, dropout=0.0))
+        copy.load_state_dict(bilm.state_dict())
+        marked = copy(batch["chars"], keep_marks=True).layers[:, :, 1:-1].transpose(0, 1)
+        cached = (marked - mean[:, None, None]) / std[:, None, None]
+    expected = torch.cat([batch["token"], _former_mix(mix.w, mix.gamma, cached)], dim=-1)
+    assert torch.equal(tagger.inputs(batch), expected)
+    assert torch.equal(tagger.penalty(), 0.3 * (mix.w[0] ** 2).sum())

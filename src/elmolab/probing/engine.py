@@ -61,7 +61,7 @@ from torch.nn import functional as F
 
 from elmolab.core.schema import EVAL_ROLES, ProbeSettings
 from elmolab.io.results import FeatureMode
-from elmolab.models.scalar_mix import HeadMix, normalize_layers
+from elmolab.models.scalar_mix import ScalarMix, normalize_layers
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
 from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score
 from elmolab.probing.probes import (
@@ -295,7 +295,7 @@ class _Part(nn.Module):
     def __init__(
         self,
         index: list[int],
-        mix: HeadMix | None,
+        mix: ScalarMix | None,
         probe: nn.Module,
         root: _Root | None,
         baseline: bool = False,
@@ -368,7 +368,9 @@ class HeadProbes(nn.Module):
             generators = [torch.Generator().manual_seed(heads[i].seed) for i in index]
             mix = None
             if not concat:
-                mix = HeadMix([heads[i].mode for i in index], num_layers, settings.l2_lambda)
+                mix = ScalarMix.of_modes(
+                    [heads[i].mode for i in index], num_layers, settings.l2_lambda
+                )
             probe = build(generators, width)
             root_vector = _Root(len(index), width, settings.root == "learned") if root else None
             self.parts.append(_Part(index, mix, probe, root_vector, baseline))
@@ -784,7 +786,7 @@ class TokenProbes(HeadProbes):
     def _pair_table(self, role: str) -> torch.Tensor:
         """``(tokens, mixes, 3 * dim)`` in the probes' type, made on first use: per token of
         split ``role`` and layer mix ``c`` of ``pair_mixes``, ``[dep_c; head_c; dep_c * head_c]``,
-        mixed as :class:`HeadMix` mixes, with zeros for the head of a word headed by the root
+        mixed as :class:`ScalarMix` mixes, with zeros for the head of a word headed by the root
         (whose terms :meth:`_table_logits` adds per head, from the head's root vector)."""
         if role not in self.pair_tables:
             split = self.splits[role]

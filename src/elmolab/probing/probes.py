@@ -38,7 +38,7 @@ from torch.nn import functional as F
 
 from elmolab.core.schema import ProbeSettings
 from elmolab.io.results import FeatureMode, conditional_features
-from elmolab.models.scalar_mix import frozen_weights, normalize_layers
+from elmolab.models.scalar_mix import ScalarMix, normalize_layers
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
 from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score
 from elmolab.probing.settings import TOKEN_KINDS, Schedule
@@ -71,34 +71,6 @@ class Head:
 # --- What a probe reads -------------------------------------------------------------------------
 
 
-class ScalarMix(nn.Module):
-    """``gamma * sum_j s_j h_j`` over layers ``(L, ..., dim)``: ``s = softmax(w)`` and ``gamma``
-    learned (``w = 0``, ``gamma = 1`` at the start; the loss adds ``l2_lambda * |w|^2``), or
-    ``s`` fixed (``weights``) with ``gamma`` 1."""
-
-    def __init__(
-        self, num_layers: int, l2_lambda: float = 0.0, weights: torch.Tensor | None = None
-    ) -> None:
-        super().__init__()
-        self.l2_lambda = l2_lambda
-        self.learned = weights is None
-        if self.learned:
-            self.w = nn.Parameter(torch.zeros(num_layers))
-            self.gamma = nn.Parameter(torch.ones(()))
-        else:
-            self.register_buffer("s", weights.float().clone())
-
-    def weights(self) -> torch.Tensor:
-        """``gamma * s``: ``(L,)``."""
-        return self.gamma * torch.softmax(self.w, dim=0) if self.learned else self.s
-
-    def forward(self, layers: torch.Tensor) -> torch.Tensor:
-        return torch.tensordot(self.weights(), layers, dims=1)
-
-    def penalty(self) -> torch.Tensor:
-        return self.l2_lambda * (self.w**2).sum() if self.learned else torch.zeros(())
-
-
 class LayerInput(nn.Module):
     """A feature mode's input from layers ``(L, *N, dim)``: ``(*N, width)``.
 
@@ -119,8 +91,7 @@ class LayerInput(nn.Module):
         super().__init__()
         self.mix: ScalarMix | None = None
         if mode is not FeatureMode.CONCAT:
-            fixed = None if mode is FeatureMode.SCALAR_MIX else frozen_weights(mode, num_layers)
-            self.mix = ScalarMix(num_layers, l2_lambda, fixed)
+            self.mix = ScalarMix.of_modes([mode], num_layers, l2_lambda)
         self.layer_norm = layer_norm
         self.baseline = baseline
         self.width = dim * (num_layers if self.mix is None else 2 if baseline else 1)
@@ -128,13 +99,15 @@ class LayerInput(nn.Module):
     def forward(self, layers: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.mix is None:
             return layers.movedim(0, -2).flatten(-2)  # [h_0; h_1; ...]
-        if self.layer_norm:  # the statistics take a batch axis first: one batch here
+        # Normalized here, not in the mix: the baseline reads the normalized layer 0 too. The
+        # statistics take a batch axis first: one batch here.
+        if self.layer_norm:
             layers = normalize_layers(layers[:, None], None if mask is None else mask[None])[:, 0]
-        mixed = self.mix(layers)
+        mixed = self.mix(layers)[0]  # (*N, dim): the one head
         return torch.cat([layers[BASELINE_LAYER], mixed], dim=-1) if self.baseline else mixed
 
     def penalty(self) -> torch.Tensor:
-        return torch.zeros(()) if self.mix is None else self.mix.penalty()
+        return torch.zeros(()) if self.mix is None else self.mix.penalty()[0]
 
 
 def uniform(generator: torch.Generator, shape: tuple[int, ...], bound: float) -> torch.Tensor:

@@ -6,10 +6,10 @@ For token ``k`` of a sentence the input is
 
 ``t_k`` the context-free vector (the token encoder's layer 0), ``E w_k`` the task model's own word
 embedding, and, with an ELMo input, the learned scalar mix of the mix encoder's layers ``h_j``
-(ELMo, Peters et al. 2018, eq. 1; ``elmolab.models.scalar_mix.HeadMix``, whose L2 penalty
-``lambda |s|^2`` joins the loss). Frozen, the layers come from the extract stage's cache;
-fine-tuned, a :class:`FineTunedLayers` runs the biLM inside the tagger and its parameters train
-with the rest.
+(ELMo, Peters et al. 2018, eq. 1), as ``elmolab.Elmo`` mixes them (``Elmo.mix``; its L2 penalty
+``lambda |s|^2`` joins the loss). Frozen, the layers come from the extract stage's cache (an
+``Elmo.of_layers``, no biLM); fine-tuned, :class:`FineTunedLayers` runs the biLM of an
+``Elmo.from_bilm`` inside the tagger and its parameters train with the rest.
 After dropout, a bidirectional LSTM reads the sentence, a linear map gives each tag's emission
 score, and a linear-chain CRF (``torchcrf.CRF``, the pytorch-crf package) scores whole tag
 sequences: training minimizes the negative log-likelihood of the gold sequence per token, and
@@ -18,7 +18,6 @@ prediction is the Viterbi sequence.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,31 +27,29 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torchcrf import CRF
 
-from elmolab.io.results import FeatureMode
+from elmolab.elmo import Elmo
 from elmolab.models.bilm import BiLM
-from elmolab.models.scalar_mix import HeadMix
 from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score
 
 
-class FineTunedLayers(nn.Module):
-    """A biLM inside the tagger, trained with it: ``(L, B, T, dim)`` layers of a batch's character
-    ids, standardized by fixed per-layer, per-dimension ``mean`` and ``std`` ``(L, dim)`` (the
-    train split's, as the frozen input's cached layers are), so that before its first step it
-    gives the frozen input's features. As ``elmolab.Elmo(requires_grad=True)`` does, every
+@dataclass(frozen=True, eq=False)
+class FineTunedLayers:
+    """A biLM inside the tagger, trained with it: ``elmo`` (``elmolab.Elmo.from_bilm``, one
+    representation, no dropout: the tagger's own follows) runs it on a batch's character ids, and
+    its layers are standardized by fixed per-layer, per-dimension ``mean`` and ``std``
+    ``(L, dim)`` (the train split's, as the frozen input's cached layers are), so that before its
+    first step it gives the frozen input's features. As ``Elmo(requires_grad=True)`` does, every
     sentence starts from zero states and the biLM's own training dropout is off."""
 
-    def __init__(self, bilm: BiLM, mean: torch.Tensor, std: torch.Tensor) -> None:
-        super().__init__()
-        self.bilm = bilm
-        self.register_buffer("mean", mean.float()[:, None, None])  # (L, 1, 1, dim)
-        self.register_buffer("std", std.float()[:, None, None])
+    elmo: Elmo
+    mean: torch.Tensor  # (L, 1, 1, dim)
+    std: torch.Tensor  # (L, 1, 1, dim)
 
     @classmethod
     def of(cls, bilm: BiLM, mean: torch.Tensor, std: torch.Tensor) -> FineTunedLayers:
-        """A trainable copy of ``bilm`` without its training dropout, standardized as given."""
-        tuned = BiLM(dataclasses.replace(bilm.options, dropout=0.0))
-        tuned.load_state_dict(bilm.state_dict())
-        return cls(tuned.requires_grad_(True), mean, std)
+        """A trainable copy of ``bilm``, standardized as given."""
+        elmo = Elmo.from_bilm(bilm, 1, requires_grad=True, dropout=0.0)
+        return cls(elmo, mean.float()[:, None, None], std.float()[:, None, None])
 
     @property
     def num_layers(self) -> int:
@@ -62,15 +59,10 @@ class FineTunedLayers(nn.Module):
     def dim(self) -> int:
         return int(self.mean.shape[-1])
 
-    def forward(self, chars: torch.Tensor) -> torch.Tensor:
-        """``chars`` ``(B, T, 50)``, 0 at padding -> ``(L, B, T, dim)``."""
-        layers = self.bilm(chars, keep_marks=True).layers  # (B, L, T + 2, dim): <S> first
-        layers = layers[:, :, 1:-1].transpose(0, 1)  # (L, B, T, dim): token t at t
+    def layers(self, chars: torch.Tensor) -> torch.Tensor:
+        """``chars`` ``(B, T, 50)``, 0 at padding -> ``(L, B, T, dim)``, token t at t."""
+        layers, _ = self.elmo.layers(chars)  # (L, B, T, dim)
         return (layers - self.mean) / self.std
-
-
-# HeadMix serves many heads; the tagger's one mix is head 0, reading minibatch 0.
-_ONE_HEAD = torch.zeros(1, dtype=torch.int64)
 
 
 @dataclass(frozen=True)
@@ -98,11 +90,12 @@ class BiLstmCrfTagger(nn.Module):
         self.shape = shape
         self.encoder = encoder  # None: the mix reads the batch's cached layers
         self.words = nn.Embedding(shape.num_words, shape.word_dim) if shape.word_dim else None
-        self.mix = (
-            HeadMix([FeatureMode.SCALAR_MIX], shape.mix_layers, shape.l2_lambda)
-            if shape.mix_layers
-            else None
-        )
+        # ELMo's input: its one learned mix, no dropout of its own (the tagger's follows).
+        self.elmo: Elmo | None = None
+        if encoder is not None:
+            self.elmo = encoder.elmo
+        elif shape.mix_layers:
+            self.elmo = Elmo.of_layers(shape.mix_layers, 1, dropout=0.0)
         width = shape.token_dim + shape.word_dim + (shape.mix_dim if shape.mix_layers else 0)
         self.dropout = nn.Dropout(shape.dropout)
         self.lstm = nn.LSTM(
@@ -121,10 +114,11 @@ class BiLstmCrfTagger(nn.Module):
         parts = [batch["token"]]  # (B, T, token_dim)
         if self.words is not None:
             parts.append(self.words(batch["words"]))  # (B, T, word_dim)
-        if self.mix is not None:
-            layers = batch["layers"] if self.encoder is None else self.encoder(batch["chars"])
-            layers = layers[:, None]  # (L, 1, B, T, dim): one minibatch, one head
-            parts.append(self.mix(layers, _ONE_HEAD, _ONE_HEAD)[0])  # (B, T, dim)
+        if self.elmo is not None:
+            layers = (
+                batch["layers"] if self.encoder is None else self.encoder.layers(batch["chars"])
+            )
+            parts.append(self.elmo.mix(layers)[0])  # (B, T, dim)
         return torch.cat(parts, dim=-1)
 
     def emissions(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -143,7 +137,9 @@ class BiLstmCrfTagger(nn.Module):
 
     def penalty(self) -> torch.Tensor:
         """``lambda |s|^2`` of the learned mix weights (0 without a mix)."""
-        return self.mix.penalty(_ONE_HEAD)[0] if self.mix is not None else torch.zeros(())
+        if self.elmo is None:
+            return torch.zeros(())
+        return self.elmo.scalar_mix_l2(self.shape.l2_lambda)
 
     def decode(self, batch: dict[str, torch.Tensor]) -> list[list[int]]:
         """The Viterbi tag sequence of each sentence (its own length)."""
@@ -151,7 +147,7 @@ class BiLstmCrfTagger(nn.Module):
 
     def mix_summary(self) -> tuple[list[float], float] | None:
         """The mix's normalized weights ``softmax(s)`` and ``gamma`` (None without a mix)."""
-        return None if self.mix is None else self.mix.summary(0)
+        return None if self.elmo is None else self.elmo.scalar_mix.summary(0)
 
 
 class TaggerModule(pl.LightningModule):
@@ -195,8 +191,9 @@ class TaggerModule(pl.LightningModule):
         return dict(zip(batch["index"].tolist(), self.tagger.decode(batch), strict=True))
 
     def configure_optimizers(self) -> Any:
-        mix = [] if self.tagger.mix is None else list(self.tagger.mix.parameters())
-        encoder = [] if self.tagger.encoder is None else list(self.tagger.encoder.parameters())
+        elmo = self.tagger.elmo
+        mix = [] if elmo is None else list(elmo.scalar_mix.parameters())
+        encoder = [] if elmo is None or elmo.bilm is None else list(elmo.bilm.parameters())
         own = {id(p) for p in mix + encoder}
         rest = [p for p in self.tagger.parameters() if id(p) not in own]
         groups = [{"params": rest, "lr": self.lr}]
