@@ -18,7 +18,7 @@ from elmolab.core.config import section
 from elmolab.core.errors import ElmolabError
 from elmolab.core.schema import SPLIT_ROLES, ExtractConfig, GridConfig, TaskConfig, TaskModelConfig
 from elmolab.data.catalogue import data_catalog
-from elmolab.probing.metrics import LabelVocabulary
+from elmolab.data.labels import LabelVocabulary
 from elmolab.taskmodel.data import PadBatch, TaggingSplit, WordVocabulary
 from elmolab.taskmodel.stage import (
     TaskData,

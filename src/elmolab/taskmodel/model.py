@@ -28,10 +28,11 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torchcrf import CRF
 
+from elmolab.data.labels import LabelVocabulary, TaskMetric
 from elmolab.io.results import FeatureMode
 from elmolab.models.bilm import BiLM
 from elmolab.models.scalar_mix import HeadMix
-from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score
+from elmolab.probing.metrics import task_score
 
 
 class FineTunedLayers(nn.Module):
