@@ -171,7 +171,7 @@ def write_payloads(args: argparse.Namespace, out: Path) -> list[Path]:
     from elmolab.core.schema import ExtractConfig, GridConfig, ProbeSettings
     from elmolab.data.catalogue import data_catalog
     from elmolab.probing.cell_data import load_cell
-    from elmolab.probing.runner import feature_modes
+    from elmolab.stages.probe import feature_modes
 
     cfg = OmegaConf.create(compose_params(ROOT / "conf"))
     OmegaConf.update(cfg, "probe.features_dir", str(args.features))

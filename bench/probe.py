@@ -79,9 +79,8 @@ from elmolab.probing.engine import (
     train_step,
 )
 from elmolab.probing.jobs import layer0_twins, plan_jobs, training_subset
-from elmolab.probing.runner import feature_modes
 from elmolab.probing.settings import Schedule, probe_dtype, probe_precision
-from elmolab.stages.probe import probe_cell
+from elmolab.stages.probe import feature_modes, probe_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"

@@ -24,9 +24,8 @@ from elmolab.data.wsd import LEXICOGRAPHER_FILES
 from elmolab.io.results import FeatureMode, without_timings
 from elmolab.probing.cell_data import load_cell
 from elmolab.probing.jobs import job_arithmetic, plan_jobs, training_subset
-from elmolab.probing.runner import feature_modes
 from elmolab.report.collect import read_probe_runs
-from elmolab.stages.probe import grid_task, probe_cell
+from elmolab.stages.probe import feature_modes, grid_task, probe_cell
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"

@@ -284,10 +284,10 @@ def read_split_features(encoder_dir: Path, source: SplitSource) -> list[np.ndarr
     The sidecar must hold exactly the units of the data, and the feature file one line per
     sentence with one vector per unit; every mismatch is an ElmolabError naming the file and line.
     """
-    path = feature_path(encoder_dir, source.dataset, source.split)
-    sidecar = units_path(path, source.format.is_wsd)
     expected = source.units()
     lines = source.token_lines
+    path = feature_path(encoder_dir, source.dataset, source.split)
+    sidecar = units_path(path, source.format.is_wsd)
     check_units(
         read_units(sidecar),
         expected,

@@ -13,7 +13,8 @@ selects on (dev) and tests on, and its kind:
   the sentences of a label mapped to null (SST-2 from SST-5's five labels).
 
 :func:`load_task` reads a checked task's splits once, with what its kind needs of them (labels,
-trees, WordNet); the features of each split are read from an encoder's folder on demand.
+trees, WordNet); :func:`~elmolab.data.catalogue.read_split_features` reads each split's features
+from an encoder's folder, checked against them.
 """
 
 from __future__ import annotations
@@ -106,12 +107,6 @@ class LoadedTask:
     labels: TaskLabels | None  # token, pair and sentence tasks
     trees: dict[str, TreeSplit] | None  # tree tasks: role -> heads and punctuation
     wordnet: WordNetSenseIndex | None  # wsd: the index the sense keys were checked against
-
-    def features(self, encoder_dir: Path, role: str) -> list[np.ndarray]:
-        """Split ``role``'s features in ``encoder_dir`` (see
-        :func:`~elmolab.data.catalogue.read_split_features`), read when asked: a caller packs one
-        encoder's splits before it reads the next."""
-        return read_split_features(encoder_dir, self.sources[role])
 
 
 def load_task(task: TaskConfig, catalog: DataCatalog) -> LoadedTask:

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from elmolab.core.schema import SPLIT_ROLES, ProbeSettings, TaskConfig, TaskKind
-from elmolab.data.catalogue import DataCatalog, SplitSource
+from elmolab.data.catalogue import DataCatalog, SplitSource, read_split_features
 from elmolab.data.labels import TaskLabels
 from elmolab.data.tasks import LoadedTask, load_task
 from elmolab.data.wsd import WordNetSenseIndex
@@ -63,7 +63,8 @@ def load_cell(
         assert loaded.wordnet is not None
         layers = {
             encoder: {
-                role: _instance_layers(loaded.features(encoder_dir, role)) for role in SPLIT_ROLES
+                role: _instance_layers(read_split_features(encoder_dir, source))
+                for role, source in loaded.sources.items()
             }
             for encoder, encoder_dir in encoder_dirs.items()
         }
@@ -84,8 +85,8 @@ def _encoder_splits(
     splits: dict[str, Any] = {}
     for role in SPLIT_ROLES:
         source = loaded.sources[role]
+        features = read_split_features(encoder_dir, source)
         path = feature_path(encoder_dir, source.dataset, source.split)
-        features = loaded.features(encoder_dir, role)
         if trees is not None:
             split: Any = TreeDataset.from_sentences(
                 features, trees[role].heads, trees[role].punct, path=path

@@ -45,15 +45,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 
-from elmolab.core.config import section
-from elmolab.core.errors import ElmolabError
 from elmolab.core.fsutil import atomic_dir, write_json
 from elmolab.core.schema import (
     EVAL_ROLES,
     SPLIT_ROLES,
-    FeaturesConfig,
     ProbeSettings,
     TaskConfig,
     TaskKind,
@@ -110,19 +106,6 @@ WSD_METRIC = "f1"
 
 # Starts the tracking run of one probe run: its identifying fields -> a TrackedRun context.
 RunStarter = Callable[[dict[str, Any]], AbstractContextManager[TrackedRun]]
-
-
-def feature_modes(conf_dir: Path, names: Sequence[str]) -> list[str]:
-    """The feature mode of each ``conf/features/<name>.yaml`` of ``names`` (``grid.features``);
-    an ElmolabError names a missing file and the choices."""
-    modes = []
-    for name in names:
-        path = Path(conf_dir) / "features" / f"{name}.yaml"
-        if not path.is_file():
-            choices = sorted(p.stem for p in path.parent.glob("*.yaml"))
-            raise ElmolabError(f"grid.features: no {path} (choices: {', '.join(choices)})")
-        modes.append(section(OmegaConf.load(path), "", FeaturesConfig, where=str(path)).mode)
-    return modes
 
 
 @contextlib.contextmanager

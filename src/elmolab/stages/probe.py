@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from elmolab.core.config import run_stage, section
 from elmolab.core.errors import ElmolabError
@@ -43,8 +43,21 @@ from elmolab.data.catalogue import DataCatalog, data_catalog
 from elmolab.data.tasks import check_task
 from elmolab.io.results import FeatureMode
 from elmolab.probing.cell_data import load_cell
-from elmolab.probing.runner import RunStarter, feature_modes, no_tracking, run_cell
+from elmolab.probing.runner import RunStarter, no_tracking, run_cell
 from elmolab.probing.settings import probe_precision
+
+
+def feature_modes(conf_dir: Path, names: Sequence[str]) -> list[str]:
+    """The feature mode of each ``conf/features/<name>.yaml`` of ``names`` (``grid.features``);
+    an ElmolabError names a missing file and the choices."""
+    modes = []
+    for name in names:
+        path = Path(conf_dir) / "features" / f"{name}.yaml"
+        if not path.is_file():
+            choices = sorted(p.stem for p in path.parent.glob("*.yaml"))
+            raise ElmolabError(f"grid.features: no {path} (choices: {', '.join(choices)})")
+        modes.append(section(OmegaConf.load(path), "", FeaturesConfig, where=str(path)).mode)
+    return modes
 
 
 def grid_task(cfg: DictConfig) -> TaskConfig:
@@ -107,8 +120,9 @@ def probe_cell(
 def run_modes(cfg: DictConfig, out_dir: Path, modes: Sequence[str], seeds: Sequence[int]) -> dict:
     """The task ``task`` with feature ``modes`` and ``seeds`` on every encoder -> ``out_dir``."""
     task = grid_task(cfg)
-    catalog = data_catalog(section(cfg, "extract", ExtractConfig))
     settings = section(cfg, "probe", ProbeSettings)
+    extract = section(cfg, "extract", ExtractConfig)
+    catalog = data_catalog(extract)
 
     def start_run(fields: dict[str, Any]):
         seed = "" if fields["seed"] is None else f"/seed{fields['seed']}"
