@@ -89,10 +89,10 @@ def _new_side(payload: dict, schedule: dict) -> dict:
     from elmolab.core.config import section
     from elmolab.core.params import compose_params
     from elmolab.core.schema import ProbeSettings
+    from elmolab.data.labels import LabelVocabulary
     from elmolab.io.results import FeatureMode
     from elmolab.probing.datasets import FeatureDataset
     from elmolab.probing.engine import train_heads
-    from elmolab.probing.metrics import LabelVocabulary
     from elmolab.probing.probes import Head
 
     settings = section(OmegaConf.create(compose_params(ROOT / "conf")), "probe", ProbeSettings)
@@ -170,7 +170,8 @@ def write_payloads(args: argparse.Namespace, out: Path) -> list[Path]:
     from elmolab.core.params import compose_params
     from elmolab.core.schema import ExtractConfig, GridConfig, ProbeSettings
     from elmolab.data.catalogue import data_catalog
-    from elmolab.probing.runner import feature_modes, load_splits
+    from elmolab.probing.cell_data import load_cell
+    from elmolab.stages.probe import feature_modes
 
     cfg = OmegaConf.create(compose_params(ROOT / "conf"))
     OmegaConf.update(cfg, "probe.features_dir", str(args.features))
@@ -184,7 +185,8 @@ def write_payloads(args: argparse.Namespace, out: Path) -> list[Path]:
         task = grid.tasks[name]
         if task.kind not in ("token", "pair"):
             raise SystemExit(f"{name}: the old engine's train_probe ran token and pair tasks only")
-        splits, labels = load_splits(task, catalog, settings)
+        data = load_cell(task, settings, catalog)
+        splits, labels = data.splits, data.labels
         assert labels is not None
         vocabulary = labels.vocabulary
         payload = {

@@ -29,9 +29,9 @@ from elmolab.core.params import compose_params
 from elmolab.core.schema import ExtractConfig, GridConfig, ProbeSettings
 from elmolab.data.catalogue import data_catalog
 from elmolab.io.results import FeatureMode
+from elmolab.probing.cell_data import load_cell
 from elmolab.probing.engine import train_heads
 from elmolab.probing.probes import Head
-from elmolab.probing.runner import load_splits
 from elmolab.probing.settings import probe_precision
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +64,8 @@ def main() -> None:
         if settings.standardize not in loaded:
             task = section(cfg, "grid", GridConfig).tasks[args.task]
             catalog = data_catalog(section(cfg, "extract", ExtractConfig))
-            loaded[settings.standardize] = (task, *load_splits(task, catalog, settings))
+            data = load_cell(task, settings, catalog)
+            loaded[settings.standardize] = (task, data.splits, data.labels)
         task, splits, labels = loaded[settings.standardize]
         heads = [Head(FeatureMode(m), seed) for m in args.modes for seed in args.seeds]
         started = time.perf_counter()

@@ -69,6 +69,7 @@ from elmolab.core.schema import (
     TaskKind,
 )
 from elmolab.data.catalogue import data_catalog
+from elmolab.probing.cell_data import load_cell
 from elmolab.probing.engine import (
     ArcProbes,
     FitTrace,
@@ -78,8 +79,8 @@ from elmolab.probing.engine import (
     train_step,
 )
 from elmolab.probing.jobs import layer0_twins, plan_jobs, training_subset
-from elmolab.probing.runner import feature_modes, load_splits, run_cell
 from elmolab.probing.settings import Schedule, probe_dtype, probe_precision
+from elmolab.stages.probe import feature_modes, probe_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -365,13 +366,14 @@ def predict_stage(
         if kind is TaskKind.WSD:
             started = time.perf_counter()
             with tempfile.TemporaryDirectory() as tmp:
-                run_cell(task, modes, catalog, one, grid.seeds, Path(tmp) / name)
+                probe_cell(task, modes, grid.seeds, catalog, one, Path(tmp) / name)
             seconds = startup + (time.perf_counter() - started) * len(encoders)
             print(f"{name:13s} wsd 1-NN, every mode: {seconds:7.1f} s ({len(encoders)} encoders)")
             total += seconds
             continue
         started = time.perf_counter()
-        splits, labels = load_splits(task, catalog, one)
+        data = load_cell(task, one, catalog)
+        splits, labels = data.splits, data.labels
         load = time.perf_counter() - started
         data = splits[args.encoder]
         twins = layer0_twins(settings, modes, task.datasets())

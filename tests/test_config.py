@@ -15,7 +15,7 @@ from elmolab.core.config import apply_overrides, check_config, load_params, sect
 from elmolab.core.errors import ElmolabError
 from elmolab.core.params import CompositionError, check_params, compose_params, differing_keys
 from elmolab.core.schema import SECTIONS, CorpusConfig, GridConfig, TaskConfig
-from elmolab.data.catalogue import check_task
+from elmolab.data.tasks import check_task
 from tests.conftest import expect_error
 
 ROOT = Path(__file__).resolve().parents[1]

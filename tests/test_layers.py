@@ -14,15 +14,13 @@ LAYERS = (
     # infrastructure (elmolab.core): errors, files, the hardware, the configuration, its schema
     # and composition, run tracking; the native kernels
     ("elmolab.core", "elmolab.native"),
-    # data formats: corpora, characters, vocabularies, feature files, the labelled datasets'
-    # formats (CoNLL columns, SST trees, WSD XML)
+    # data formats: corpora, characters, vocabularies, feature files, the labelled datasets (their
+    # catalogue, formats, tasks and labels)
     ("elmolab.text", "elmolab.io", "elmolab.data"),
     # the network, and its weight files
     ("elmolab.models",),
-    # what is done with it: the catalogue of labelled datasets, pretraining, features, nearest
-    # neighbours, probes
+    # what is done with it: pretraining, features, nearest neighbours, probes
     (
-        "elmolab.data.catalogue",
         "elmolab.training",
         "elmolab.embed",
         "elmolab.elmo",
@@ -39,14 +37,14 @@ LAYERS = (
 # Inside ``elmolab.probing``, bottom to top: the reference probes read nothing of the batched
 # engine, the engine nothing of how a cell schedules and writes its jobs.
 PROBING_LAYERS = (
-    # data, labels, metrics and settings
+    # data, metrics and settings, and a cell's data loaded
     (
         "elmolab.probing.settings",
         "elmolab.probing.datasets",
         "elmolab.probing.metrics",
         "elmolab.probing.trees",
-        "elmolab.data.catalogue",
         "elmolab.probing.wsd",
+        "elmolab.probing.cell_data",
     ),
     ("elmolab.probing.probes",),  # the reference: one probe, one module, and fit()
     ("elmolab.probing.engine",),  # the batched path: many heads at once

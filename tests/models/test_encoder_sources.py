@@ -31,9 +31,8 @@ from elmolab.embed import embed_sentences
 from elmolab.io.features import summary_path
 from elmolab.models.bilm import BiLM
 from elmolab.models.encoder_files import encoder_files, load_encoder
-from elmolab.probing.runner import run_cell
 from elmolab.stages.extract import extract
-from elmolab.stages.probe import grid_task
+from elmolab.stages.probe import grid_task, probe_cell
 
 OPTIONS, WEIGHTS = "elmo_test_options.json", "elmo_test_weights.hdf5"  # published-style names
 SENTENCES = 3  # per split of the extraction
@@ -197,12 +196,12 @@ def test_the_documented_ad_hoc_commands_extract_and_probe_without_pretraining(
         "probe.workers=1",
     )
     cell = tmp_path / "probes" / "upos"
-    run_cell(
+    probe_cell(
         grid_task(cfg),
         ["layer1"],
+        [1],
         data_catalog(section(cfg, "extract", ExtractConfig)),
         section(cfg, "probe", ProbeSettings),
-        [1],
         cell,
     )
     metrics = json.loads((cell / "layer1" / "fixture" / "seed1" / "metrics.json").read_text())

@@ -15,10 +15,10 @@ from test_trees import FAST as TREE_FAST
 from test_trees import _split as tree_split
 
 from elmolab.core.schema import SPLIT_ROLES
+from elmolab.data.labels import LabelVocabulary
 from elmolab.io.results import FeatureMode
 from elmolab.models.scalar_mix import ScalarMix
 from elmolab.probing.engine import train_heads
-from elmolab.probing.metrics import LabelVocabulary
 from elmolab.probing.probes import (
     Head,
     LayerInput,

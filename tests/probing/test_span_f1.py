@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from elmolab.data.conll import TagScheme, read_columns, read_conll2000, read_wnut17
+from elmolab.data.labels import LabelVocabulary
 from elmolab.probing.metrics import (
-    LabelVocabulary,
     accuracy,
     conlleval_codes,
     span_f1,

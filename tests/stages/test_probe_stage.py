@@ -22,10 +22,10 @@ from elmolab.core.schema import ExtractConfig, ProbeSettings, TaskKind
 from elmolab.data.catalogue import data_catalog
 from elmolab.data.wsd import LEXICOGRAPHER_FILES
 from elmolab.io.results import FeatureMode, without_timings
+from elmolab.probing.cell_data import load_cell
 from elmolab.probing.jobs import job_arithmetic, plan_jobs, training_subset
-from elmolab.probing.runner import feature_modes, load_splits, run_cell
 from elmolab.report.collect import read_probe_runs
-from elmolab.stages.probe import grid_task
+from elmolab.stages.probe import feature_modes, grid_task, probe_cell
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -66,14 +66,14 @@ def params(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cell(params: Path, task: str, modes: list[str]) -> tuple[DictConfig, dict]:
-    """The config of a DVC cell (one task), and the arguments of ``run_cell`` for ``modes``."""
+    """The config of a DVC cell (one task), and the arguments of ``probe_cell`` for ``modes``."""
     cfg = load_params(params)
     apply_overrides(cfg, [f"task={task}"], params)
     probes = Path(cfg.paths.artifacts) / "probes"
     return cfg, {
         "task": grid_task(cfg),
         "modes": modes,
-        "data": data_catalog(section(cfg, "extract", ExtractConfig)),
+        "catalog": data_catalog(section(cfg, "extract", ExtractConfig)),
         "settings": section(cfg, "probe", ProbeSettings),
         "seeds": list(cfg.grid.seeds),
         "cell_dir": probes / task,
@@ -94,7 +94,7 @@ def test_each_kind_of_task_writes_the_runs_the_report_reads(params: Path) -> Non
         _, arguments = _cell(params, task, modes)
         if task in ("upos", "upos_control"):
             arguments["task"].mdl = True  # experiment=information's setting
-        run_cell(**arguments)
+        probe_cell(**arguments)
     probes = Path(load_params(params).paths.artifacts) / "probes"
     runs = read_probe_runs(probes)
     # seeded cells x encoders x seeds; upos's conditional probe (layer0+scalar_mix, its task
@@ -216,12 +216,12 @@ def test_supersense_probes_the_wsd_features_of_the_tagged_words(params: Path) ->
     sense-tagged word), scores accuracy over those words, and records the words whose gold keys
     lie in several lexicographer files."""
     _, arguments = _cell(params, "supersense", ["layer1"])
-    run_cell(**arguments)
+    probe_cell(**arguments)
     record = json.loads(
         (arguments["cell_dir"] / "layer1" / "trained" / "seed1" / "metrics.json").read_text()
     )
     assert record["metric"] == "accuracy" and 0 <= record["test"] <= 1
-    source = arguments["data"].read("raganato_eval", "ALL")
+    source = arguments["catalog"].read("raganato_eval", "ALL")
     assert record["n_test_tokens"] == sum(len(s.instances) for s in source.wsd_sentences())
     several = [f"n_{role}_instances_in_several_supersenses" for role in ("train", "dev", "test")]
     assert all(record[key] >= 0 for key in several)
@@ -313,9 +313,9 @@ def test_sentence_cells_pool_each_sentence_and_record_the_majority_baseline(
     for task in ("sentiment", "sentiment2"):
         _, arguments = _cell(params, task, ["layer1", "scalar_mix"])
         arguments["cell_dir"] = tmp_path / "probes" / task
-        runs = run_cell(**arguments)
+        runs = probe_cell(**arguments)
         assert len(runs) == 2 * 3 * 2  # modes x encoders x seeds
-        source = arguments["data"].read("sst", "test")
+        source = arguments["catalog"].read("sst", "test")
         counts[task] = Counter(s.sentiment for s in source.sentences)
         for run in runs:
             folder = arguments["cell_dir"] / run["features"] / run["encoder"] / f"seed{run['seed']}"
@@ -338,7 +338,7 @@ def test_sentence_cells_pool_each_sentence_and_record_the_majority_baseline(
         assert run["test_majority_baseline"] == pytest.approx(
             expected[label] / sum(expected.values())
         )
-        train = Counter(s.sentiment for s in arguments["data"].read("sst", "train").sentences)
+        train = Counter(s.sentiment for s in arguments["catalog"].read("sst", "train").sentences)
         if task == "sentiment":
             assert label == max(sorted(train), key=train.__getitem__)
     assert len(read_probe_runs(tmp_path / "probes")) == 2 * 2 * 3 * 2
@@ -349,17 +349,17 @@ def test_a_sentence_label_missing_from_the_label_map_names_the_file_and_line(
 ) -> None:
     _, arguments = _cell(params, "sentiment2", ["layer1"])
     del arguments["task"].label_map["3"]
-    path = arguments["data"].datasets["sst"].splits["train"]
+    path = arguments["catalog"].datasets["sst"].splits["train"]
     line = 1 + next(
         i
-        for i, s in enumerate(arguments["data"].read("sst", "train").sentences)
+        for i, s in enumerate(arguments["catalog"].read("sst", "train").sentences)
         if s.sentiment == "3"
     )
     arguments["cell_dir"] = tmp_path / "cell"
     with pytest.raises(
         ElmolabError, match=rf"{path}:{line}: label '3' is not a key of task.label_map"
     ):
-        run_cell(**arguments)
+        probe_cell(**arguments)
     assert not arguments["cell_dir"].exists()
 
 
@@ -368,16 +368,16 @@ def test_a_dev_label_never_seen_in_train_names_the_file_and_line(
 ) -> None:
     _, arguments = _cell(params, "upos", ["layer1"])
     arguments["settings"].unseen = None  # the task's own setting: raise
-    dev = Path(arguments["data"].datasets["ud_english_ewt"].splits["dev"])
+    dev = Path(arguments["catalog"].datasets["ud_english_ewt"].splits["dev"])
     lines = dev.read_text(encoding="utf-8").splitlines(keepends=True)
     number = next(i for i, line in enumerate(lines, 1) if line[:1].isdigit() and "\tNOUN\t" in line)
     lines[number - 1] = lines[number - 1].replace("\tNOUN\t", "\tNOVEL\t")
     relabelled = tmp_path / "dev.conllu"
     relabelled.write_text("".join(lines), encoding="utf-8")
-    arguments["data"].datasets["ud_english_ewt"].splits["dev"] = str(relabelled)
+    arguments["catalog"].datasets["ud_english_ewt"].splits["dev"] = str(relabelled)
     arguments["cell_dir"] = tmp_path / "cell"
     with pytest.raises(ElmolabError, match=rf"{relabelled}:{number}: label 'NOVEL' never occurs"):
-        run_cell(**arguments)
+        probe_cell(**arguments)
     assert not arguments["cell_dir"].exists()
 
 
@@ -386,14 +386,14 @@ def test_a_sense_key_missing_from_wordnet_names_the_file_and_line(
 ) -> None:
     _, arguments = _cell(params, "wsd", ["layer1"])
     wordnet = Path(arguments["task"].wordnet)
-    semcor = arguments["data"].datasets["semcor30"].splits["train"]
+    semcor = arguments["catalog"].datasets["semcor30"].splits["train"]
     index = wordnet.read_text(encoding="utf-8").splitlines(keepends=True)
     smaller = tmp_path / "index.sense"
     smaller.write_text("".join(line for line in index if not line.startswith("say%2:32:00::")))
     arguments["task"].wordnet = str(smaller)
     arguments["cell_dir"] = tmp_path / "cell"
     with pytest.raises(ElmolabError, match=rf"{semcor}:\d+: sense key 'say%2:32:00::' is not in"):
-        run_cell(**arguments)
+        probe_cell(**arguments)
     assert not arguments["cell_dir"].exists()
 
 
@@ -409,7 +409,7 @@ def test_features_of_other_data_fail_the_cell_and_write_nothing(
     arguments["settings"].features_dir = str(features)
     arguments["cell_dir"] = tmp_path / "cell"
     with pytest.raises(ElmolabError, match=rf"{sidecar}:5: \d+ tokens, but sentence 5 of"):
-        run_cell(**arguments)  # the trained encoder's runs were done: they are not kept either
+        probe_cell(**arguments)  # read before any run: the other encoders' features are fine
     assert not arguments["cell_dir"].exists()
 
 
@@ -422,7 +422,7 @@ def test_encoders_in_worker_processes_give_the_same_results_as_in_one(
         arguments["task"].mdl = True  # experiment=information's setting
         arguments["settings"].workers = workers
         arguments["cell_dir"] = tmp_path / f"workers{workers}"
-        runs = run_cell(**arguments)
+        runs = probe_cell(**arguments)
         codes = sorted(arguments["cell_dir"].glob("*/*/*/online_code.json"))
         # the results without timings and peak memory, which differ between processes
         outcomes[workers] = without_timings(
@@ -487,9 +487,9 @@ def test_cells_read_features_standardized_by_their_train_split_unless_turned_off
     _, cell = _cell(params, task, [])
     settings = dataclasses.replace(cell["settings"], encoders=["random"], precision="32-true")
     assert settings.standardize  # the default
-    spec = dataclasses.replace(cell["task"], unseen=settings.unseen)  # as run_cell does
-    standardized, _ = load_splits(spec, cell["data"], settings)
-    raw, _ = load_splits(spec, cell["data"], dataclasses.replace(settings, standardize=False))
+    spec = dataclasses.replace(cell["task"], unseen=settings.unseen)  # as resolve_cell does
+    standardized = load_cell(spec, settings, cell["catalog"]).splits
+    raw = load_cell(spec, dataclasses.replace(settings, standardize=False), cell["catalog"]).splits
     train = raw["random"]["train"].features.float()
     mean, std = train.mean(1, keepdim=True), train.std(1, keepdim=True)
     assert float(std.min()) > 0
@@ -500,7 +500,7 @@ def test_cells_read_features_standardized_by_their_train_split_unless_turned_off
         expected = (raw["random"][role].features.float() - mean) / std
         torch.testing.assert_close(features.float(), expected, atol=5e-3, rtol=5e-3)
     bf16 = dataclasses.replace(settings, precision="bf16-mixed")
-    read, _ = load_splits(spec, cell["data"], bf16)
+    read = load_cell(spec, bf16, cell["catalog"]).splits
     for role in ("train", "dev", "test"):
         features = read["random"][role].features
         assert features.dtype == (torch.bfloat16 if task == "deparc" else torch.float16)

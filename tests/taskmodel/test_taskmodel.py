@@ -18,9 +18,9 @@ from elmolab.core.config import section
 from elmolab.core.errors import ElmolabError
 from elmolab.core.schema import SPLIT_ROLES, ExtractConfig, GridConfig, TaskConfig, TaskModelConfig
 from elmolab.data.catalogue import data_catalog
+from elmolab.data.labels import LabelVocabulary
 from elmolab.elmo import batch_to_ids
 from elmolab.models.bilm import BiLM, BiLMOptions
-from elmolab.probing.metrics import LabelVocabulary
 from elmolab.taskmodel.data import PadBatch, TaggingSplit, WordVocabulary
 from elmolab.taskmodel.model import BiLstmCrfTagger, FineTunedLayers, TaggerShape
 from elmolab.taskmodel.stage import (

@@ -332,7 +332,7 @@ class ProbeSettings:
     max_stalls: int  # epochs without progress in all (not in a row) before a head stops
     min_delta: float  # progress: the dev score up by more than this (or the loss by this share)
     layer_norm: bool  # normalize each layer before mixing
-    standardize: bool  # each layer's dimensions by the train split's mean and std (load_splits)
+    standardize: bool  # each layer's dimensions by the train split's mean and std (load_cell)
     l2_lambda: float  # L2 penalty on the learned scalar-mix logits
     num_threads: int  # torch intra-op threads of the cell's process (workers use one each)
     precision: str  # the probes' matrix products: auto (by the CPU) | 32-true | bf16-mixed

@@ -14,9 +14,9 @@ word with a no-break space inside (``8\\xa01\\/2``, the film *8 1/2*): the biLM 
 as separate tokens, as it read such text in pretraining, so train's 163,563 leaves give 163,566
 tokens (dev and test: one token a leaf).
 
-Bad input raises :class:`~elmolab.core.errors.ElmolabError` naming the file, the 1-based line and what
-is wrong: unbalanced brackets, a label outside 0-4, a node that is neither a leaf ``(label word)``
-nor a label over subtrees.
+Bad input raises :class:`~elmolab.core.errors.ElmolabError` naming the file, the 1-based line and
+what is wrong: unbalanced brackets, a label outside 0-4, a node that is neither a leaf
+``(label word)`` nor a label over subtrees.
 """
 
 from __future__ import annotations

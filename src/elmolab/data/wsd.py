@@ -10,9 +10,9 @@ A sense key reads ``lemma%ss_type:lex_filenum:lex_id:head_word:head_id``, e.g.
 1 noun, 2 verb, 3 adjective, 4 adverb, 5 adjective satellite; here it maps to the Raganato part of
 speech NOUN, VERB, ADJ (3 and 5) or ADV.
 
-Bad input raises :class:`~elmolab.core.errors.ElmolabError` naming the file, the 1-based line and what
-is wrong. A sense key missing from WordNet is an error too, not skipped (every key in the shipped
-SemCor and Raganato files is in WordNet 3.0): pass ``wordnet=`` to a reader to check.
+Bad input raises :class:`~elmolab.core.errors.ElmolabError` naming the file, the 1-based line and
+what is wrong. A sense key missing from WordNet is an error too, not skipped (every key in the
+shipped SemCor and Raganato files is in WordNet 3.0): pass ``wordnet=`` to a reader to check.
 """
 
 from __future__ import annotations

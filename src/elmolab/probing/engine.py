@@ -1490,7 +1490,6 @@ def train_heads(
     ``metric`` and ``vocabulary`` are needed; ``bits``: the results give the cross-entropy in bits
     too), ``arc`` or ``structural`` (``gold``: the splits' gold side made once for many fits, else
     made here). Results come in the order of ``heads``."""
-    settings.check()
     if any(head.baseline for head in heads) and kind not in ("token", "pair"):
         raise ValueError("conditional heads (layer 0 beside a mode) are for token and pair probes")
     probes: HeadProbes
@@ -1528,7 +1527,6 @@ def online_code_block(
     ``splits["train"]`` (the blocks so far; early stopping on dev, as any probe) and return, per
     head, the code length in bits of the labels of ``splits["block"]`` (the next block) under its
     best state."""
-    settings.check()
     probes = TokenProbes(heads, splits, vocabulary, metric, settings)
     fit_heads(probes, Schedule.of(settings, "token"))
     return probes.code_lengths("block")

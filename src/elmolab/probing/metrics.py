@@ -1,153 +1,20 @@
-"""The labels and scores of the probing tasks: label vocabulary, accuracy, span F1, control task.
+"""The scores of the probing tasks: accuracy and span F1 (the labels and metrics they score are
+``elmolab.data.labels``').
 
-- :class:`LabelVocabulary` fixes the label ids from the training split and checks that dev and test
-  use no label the probe cannot have learned (``unseen="raise"``, the default: an ElmolabError
-  names the file and line) or keeps such labels as evaluation-only ids (``unseen="keep"``).
 - ``accuracy`` is torchmetrics' micro ``MulticlassAccuracy``; ``span_f1`` counts chunks as
   conlleval does (seqeval's default mode on IOB2 labels: ``B-X`` opens a chunk, and so does an
   ``I-X`` that does not continue an ``X`` chunk), the count the published CoNLL-2000 and
   CoNLL-2003 scores come from, for every dataset: a ``columns`` dataset's tags were converted to
   IOB2 keeping the chunks conlleval reads in the data's own scheme.
-- :class:`ControlTask` is Hewitt and Liang's (2019) control task; ``selectivity`` compares to it.
 """
 
 from __future__ import annotations
 
-import bisect
-import hashlib
-from collections import Counter
-from collections.abc import Iterable, Sequence
-from enum import StrEnum
-from itertools import accumulate
-from os import PathLike
-from typing import Literal
+from collections.abc import Sequence
 
 import torch
 
-from elmolab.core.errors import ElmolabError
-from elmolab.data.conll import TagScheme, spans_to_tags
-
-
-class LabelVocabulary:
-    """Label strings <-> ids; ids ``0 .. num_train_labels - 1`` are the train labels, sorted.
-
-    A probe has one output per train label. A dev or test label never seen in train cannot be
-    predicted, so by default (``unseen="raise"``) encoding it raises an ElmolabError naming the
-    file and line: it usually means a wrong file or tag set. With ``unseen="keep"`` it gets a new
-    id after the train labels (its own string, not one shared ``<unk>`` id, so span F1 still sees
-    the gold chunk and its type): the probe never predicts it, so the token counts as an error in
-    accuracy and its chunk as missed in span F1.
-
-    Parameters
-    ----------
-    train_labels : ``Iterable[str]``
-        Every label the probe is trained on (duplicates are fine; the order is not used).
-    unseen : ``"raise"`` or ``"keep"``, optional (default = ``"raise"``)
-        What ``encode`` does with a label outside ``train_labels``.
-    scheme : ``TagScheme``, optional (default = ``None``)
-        The labels are IOB2 span tags converted from data in this scheme, in which predictions
-        are written back (:meth:`decode_in_data_scheme`); span F1 counts conlleval's chunks
-        whatever the scheme.
-    """
-
-    def __init__(
-        self,
-        train_labels: Iterable[str],
-        unseen: Literal["raise", "keep"] = "raise",
-        scheme: TagScheme | None = None,
-    ) -> None:
-        self.labels: list[str] = sorted(set(train_labels))
-        self.num_train_labels = len(self.labels)
-        self.unseen = unseen
-        self.scheme = scheme
-        self._ids = {label: i for i, label in enumerate(self.labels)}
-
-    @classmethod
-    def from_sentences(
-        cls,
-        sentences: Iterable[Sequence[str]],
-        unseen: Literal["raise", "keep"] = "raise",
-        scheme: TagScheme | None = None,
-    ) -> LabelVocabulary:
-        """The vocabulary of the labels of the training sentences."""
-        return cls((label for sentence in sentences for label in sentence), unseen, scheme)
-
-    def __len__(self) -> int:
-        """Train labels plus the unseen labels kept so far."""
-        return len(self.labels)
-
-    def encode(
-        self,
-        sentences: Sequence[Sequence[str]],
-        *,
-        path: str | PathLike[str] | None = None,
-        lines: Sequence[Sequence[int]] | None = None,
-    ) -> list[list[int]]:
-        """The label ids of each sentence.
-
-        ``path`` and ``lines`` (the 1-based line of every token in that file) locate an unseen
-        label in the error; without ``lines`` the error gives the sentence and token index.
-        """
-        encoded = []
-        for i, sentence in enumerate(sentences):
-            ids = []
-            for j, label in enumerate(sentence):
-                label_id = self._ids.get(label)
-                if label_id is None:
-                    label_id = self._add_unseen(label, path, i, j, lines)
-                ids.append(label_id)
-            encoded.append(ids)
-        return encoded
-
-    def decode(self, ids: Iterable[int]) -> list[str]:
-        """The label strings of ``ids``."""
-        return [self.labels[i] for i in ids]
-
-    def decode_sentences(
-        self, ids: torch.Tensor, sentence_lengths: Sequence[int]
-    ) -> list[list[str]]:
-        """The label strings of flat ``ids`` ``(tokens,)``, cut into sentences of those lengths."""
-        boundaries = list(accumulate(sentence_lengths))[:-1]
-        return [self.decode(sentence.tolist()) for sentence in torch.tensor_split(ids, boundaries)]
-
-    def decode_in_data_scheme(
-        self, ids: torch.Tensor, sentence_lengths: Sequence[int]
-    ) -> list[list[str]]:
-        """:meth:`decode_sentences`, written back in the tag scheme the data uses (``scheme``,
-        other than IOB2): the chunks the span F1 reads (conlleval's), tagged as the data tags
-        them (what a test predictions file should hold, so that conlleval run on it counts the
-        same chunks). Labels not read from a tag scheme come out as they are."""
-        sentences = self.decode_sentences(ids, sentence_lengths)
-        if self.scheme is None or self.scheme is TagScheme.IOB2:
-            return sentences
-        return _in_scheme(sentences, self.scheme)
-
-    def _add_unseen(
-        self,
-        label: str,
-        path: str | PathLike[str] | None,
-        sentence: int,
-        token: int,
-        lines: Sequence[Sequence[int]] | None,
-    ) -> int:
-        if self.unseen == "raise":
-            where = "" if lines is not None else f" (sentence {sentence}, token {token})"
-            raise ElmolabError(
-                f"label {label!r}{where} never occurs in the training data"
-                f" ({self.num_train_labels} labels)",
-                path,
-                None if lines is None else lines[sentence][token],
-            )
-        self._ids[label] = len(self.labels)
-        self.labels.append(label)
-        return self._ids[label]
-
-
-class TaskMetric(StrEnum):
-    """How a probing task is scored."""
-
-    ACCURACY = "accuracy"  # UPOS, XPOS, dependency labels, control tasks
-    SPAN_F1 = "span_f1"  # chunking, NER
+from elmolab.data.labels import LabelVocabulary, TaskMetric
 
 
 def accuracy(predicted: torch.Tensor, gold: torch.Tensor, num_classes: int) -> float:
@@ -193,20 +60,6 @@ def untyped_span_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[
         return [[tag if tag == "O" else f"{tag[:2]}SPAN" for tag in tags] for tags in sentences]
 
     return span_f1(untyped(gold), untyped(predicted))
-
-
-def _in_scheme(sentences: list[list[str]], scheme: TagScheme) -> list[list[str]]:
-    """IOB2 tags written in ``scheme``: the chunks conlleval reads from them (seqeval's
-    ``get_entities``, sentence by sentence), so a stray ``I-X`` a probe predicts after ``O``
-    comes out as the chunk it opens."""
-    from seqeval.metrics.sequence_labeling import get_entities
-
-    return [
-        spans_to_tags(
-            [(start, end + 1, kind) for kind, start, end in get_entities(tags)], len(tags), scheme
-        )
-        for tags in sentences
-    ]
 
 
 def task_score(
@@ -312,46 +165,3 @@ def span_f1_of_ids(
     recall = correct / len(true) if len(true) else 0.0
     denominator = precision + recall
     return 2 * precision * recall / denominator if denominator else 0.0
-
-
-class ControlTask:
-    """Hewitt and Liang's (2019) control task: every word type gets one random tag.
-
-    The tag of a word is drawn from the empirical tag distribution of the training split, with
-    randomness that depends only on ``(seed, word)`` (a BLAKE2b hash): the same word gets the same
-    tag in train, dev and test, in any run, whatever order the words come in. Word types are
-    compared exactly (case-sensitive). A probe that scores well here memorises word identities
-    rather than reading structure off the features; ``selectivity`` is the gap.
-
-    Build the control task's :class:`LabelVocabulary` from ``tags`` (every tag can be drawn, even
-    one that no training word happens to get).
-
-    Parameters
-    ----------
-    tag_counts : ``Counter[str]``
-        How often each tag occurs in the training split.
-    seed : ``int``
-        Chooses the mapping.
-    """
-
-    def __init__(self, tag_counts: Counter[str], seed: int) -> None:
-        self.tags = sorted(tag for tag, count in tag_counts.items() if count > 0)
-        if not self.tags:
-            raise ValueError("a control task needs the counts of at least one tag")
-        self.seed = seed
-        self._cumulative = list(accumulate(tag_counts[tag] for tag in self.tags))
-
-    @classmethod
-    def from_sentences(cls, train_tags: Iterable[Sequence[str]], seed: int) -> ControlTask:
-        """The control task for the gold tags of the training sentences."""
-        return cls(Counter(tag for sentence in train_tags for tag in sentence), seed)
-
-    def tag(self, word: str) -> str:
-        """The control tag of ``word``: tag ``k`` with probability ``count_k / total``."""
-        digest = hashlib.blake2b(f"{self.seed}\0{word}".encode(), digest_size=8).digest()
-        draw = int.from_bytes(digest, "little") % self._cumulative[-1]  # in [0, total)
-        return self.tags[bisect.bisect_right(self._cumulative, draw)]
-
-    def relabel(self, sentences: Iterable[Sequence[str]]) -> list[list[str]]:
-        """The control tags of the words of each sentence."""
-        return [[self.tag(word) for word in sentence] for sentence in sentences]

@@ -1,9 +1,10 @@
 """One cell of the probing grid: a task, every feature mode, every encoder and every seed.
 
-The task's data is read once per cell and each encoder's features once per cell, into one
-contiguous array per split, before the jobs fork (so workers share them). A job is an encoder and a
-training set (the full one, or a learning-curve subset): the probe engine trains every feature
-mode and seed of it together (:mod:`elmolab.probing.engine`). Results, under
+The cell gets its data loaded (:func:`elmolab.probing.cell_data.load_cell`: the task's splits and
+each encoder's features, one contiguous array per split, before the jobs fork, so workers share
+them) and its settings resolved by the stage; it reads no file of the data. A job is an encoder
+and a training set (the full one, or a learning-curve subset): the probe engine trains every
+feature mode and seed of it together (:mod:`elmolab.probing.engine`). Results, under
 ``<cell> = <probes>/<task>`` (the layout of ``elmolab.io.results``, which the report reads)::
 
     <cell>/<features>/<encoder>/seed<k>/metrics.json            token, pair and tree tasks
@@ -35,7 +36,6 @@ whole cell appears at once, or not at all.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -44,33 +44,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from omegaconf import OmegaConf
 
-from elmolab.core.config import section
-from elmolab.core.errors import ElmolabError
 from elmolab.core.fsutil import atomic_dir, write_json
 from elmolab.core.schema import (
     EVAL_ROLES,
     SPLIT_ROLES,
-    FeaturesConfig,
     ProbeSettings,
     TaskConfig,
     TaskKind,
 )
 from elmolab.core.tracking import TrackedRun, metric_key
-from elmolab.data.catalogue import (
-    DataCatalog,
-    SplitSource,
-    TaskLabels,
-    check_task,
-    read_split_features,
-    task_labels,
-    tree_splits,
-)
-from elmolab.data.wsd import read_wordnet_sense_index
-from elmolab.io.features import feature_path
+from elmolab.data.labels import LabelVocabulary, TaskLabels
 from elmolab.io.results import (
     FIRST_SENSE,
     MAJORITY_BASELINE,
@@ -79,12 +64,8 @@ from elmolab.io.results import (
     FeatureMode,
     conditional_features,
 )
-from elmolab.probing.datasets import (
-    FeatureDataset,
-    TreeDataset,
-    pool_sentences,
-    standardize_layers,
-)
+from elmolab.probing.cell_data import ProbeData, WsdData
+from elmolab.probing.datasets import FeatureDataset
 from elmolab.probing.engine import (
     ProbeResult,
     StructuralGold,
@@ -99,8 +80,6 @@ from elmolab.probing.jobs import (
     run_jobs,
     training_subset,
 )
-from elmolab.probing.metrics import LabelVocabulary
-from elmolab.probing.settings import probe_dtype, probe_precision
 from elmolab.probing.writing import (
     CodeFit,
     copy_runs,
@@ -129,19 +108,6 @@ WSD_METRIC = "f1"
 RunStarter = Callable[[dict[str, Any]], AbstractContextManager[TrackedRun]]
 
 
-def feature_modes(conf_dir: Path, names: Sequence[str]) -> list[str]:
-    """The feature mode of each ``conf/features/<name>.yaml`` of ``names`` (``grid.features``);
-    an ElmolabError names a missing file and the choices."""
-    modes = []
-    for name in names:
-        path = Path(conf_dir) / "features" / f"{name}.yaml"
-        if not path.is_file():
-            choices = sorted(p.stem for p in path.parent.glob("*.yaml"))
-            raise ElmolabError(f"grid.features: no {path} (choices: {', '.join(choices)})")
-        modes.append(section(OmegaConf.load(path), "", FeaturesConfig, where=str(path)).mode)
-    return modes
-
-
 @contextlib.contextmanager
 def no_tracking(fields: dict[str, Any]) -> Iterator[TrackedRun]:
     """A :data:`RunStarter` that tracks nothing."""
@@ -151,7 +117,7 @@ def no_tracking(fields: dict[str, Any]) -> Iterator[TrackedRun]:
 def run_cell(
     task: TaskConfig,
     modes: Sequence[str],
-    data: DataCatalog,
+    data: ProbeData | WsdData,
     settings: ProbeSettings,
     seeds: Sequence[int],
     cell_dir: Path,
@@ -160,59 +126,30 @@ def run_cell(
     """Probe ``task`` in every feature mode of ``modes`` on every encoder and seed; write
     ``cell_dir`` (``<probes>/<task>``).
 
-    ``data`` must be the catalogue the features were extracted from. Returns the metrics of
-    every run, as written.
+    ``task``, ``modes``, ``settings`` and ``seeds`` are the cell's as the stage checked and
+    resolved them (``elmolab.stages.probe.resolve_cell``), ``data`` its data as
+    :func:`~elmolab.probing.cell_data.load_cell` loaded it. Returns the metrics of every run, as
+    written.
     """
-    if settings.unseen is not None:
-        task = dataclasses.replace(task, unseen=settings.unseen)
-    check_task(task)
-    settings.check()
-    modes = [FeatureMode.parse(mode).value for mode in modes]
-    if not modes:
-        raise ElmolabError("no feature modes to run (grid.features is empty)")
-    if not seeds:
-        raise ElmolabError("no seeds to run (grid.seeds is empty)")
-    torch.set_num_threads(settings.num_threads)
-    torch.set_flush_denormal(True)
-    kind = TaskKind(task.kind)
-    if kind is not TaskKind.WSD:
-        # Not logged: every cell on a machine chooses the same, and each run's metrics.json
-        # records it; a line per cell would repeat it through a whole `dvc repro`.
-        settings = dataclasses.replace(settings, precision=probe_precision(settings).precision)
     with atomic_dir(cell_dir) as tmp:
-        if kind is TaskKind.WSD:
+        if isinstance(data, WsdData):
             results = _wsd_cell(task, modes, data, settings, tmp, start_run)
         else:
             results = _probe_cell(task, modes, data, settings, seeds, tmp, start_run)
     return results
 
 
-def task_sources(
-    task: TaskConfig, data: DataCatalog, wordnet: Any = None
-) -> dict[str, SplitSource]:
-    """The task's train, dev and test splits, read from ``data``."""
-    sources = {}
-    for role, (dataset, split) in task.split_refs().items():
-        if dataset not in data.datasets:
-            raise ElmolabError(
-                f"task.{role}: no dataset {dataset!r} in extract.datasets"
-                f" ({', '.join(data.datasets)})"
-            )
-        sources[role] = data.read(dataset, split, wordnet)
-    return sources
-
-
 def _probe_cell(
     task: TaskConfig,
     modes: Sequence[str],
-    data: DataCatalog,
+    data: ProbeData,
     settings: ProbeSettings,
     seeds: Sequence[int],
     out: Path,
     start_run: RunStarter,
 ) -> list[dict[str, Any]]:
     """Token, pair and tree tasks: every job, ``settings.workers`` at a time, largest first."""
-    splits, labels = load_splits(task, data, settings)
+    splits, labels = data.splits, data.labels
     kind = TaskKind(task.kind)
     twins = layer0_twins(settings, modes, task.datasets())
     num_layers = next(iter(splits.values()))["train"].num_layers
@@ -274,59 +211,6 @@ def _probe_cell(
             -m["train_fraction"],
         ),
     )
-
-
-def load_splits(
-    task: TaskConfig, data: DataCatalog, settings: ProbeSettings
-) -> tuple[dict[str, dict[str, Any]], TaskLabels | None]:
-    """Every encoder's train, dev and test split of ``task``, each one contiguous array in its
-    stored type (with ``probe.standardize``, each layer standardized by its train split's
-    statistics; tree tasks' then in the type their probes read, :func:`probe_dtype`, which
-    every job would otherwise convert on its own; sentence tasks' pooled, one float32 item per
-    sentence, :func:`~elmolab.probing.datasets.pool_sentences`), and (token, pair and sentence
-    tasks) the task's labels."""
-    sources = task_sources(task, data)
-    kind = TaskKind(task.kind)
-    splits: dict[str, dict[str, Any]] = {}
-    labels = None
-    if kind.is_tree:
-        trees = tree_splits(sources)
-        as_probed = probe_dtype(settings)
-    else:
-        labels = task_labels(task, sources)
-    for encoder in settings.encoders:
-        encoder_dir = Path(settings.features_dir) / encoder
-        splits[encoder] = {}
-        for role in SPLIT_ROLES:
-            source = sources[role]
-            path = feature_path(encoder_dir, source.dataset, source.split)
-            features = read_split_features(encoder_dir, source)
-            if kind.is_tree:
-                split: Any = TreeDataset.from_sentences(
-                    features, trees[role].heads, trees[role].punct, path=path
-                )
-            elif kind is TaskKind.SENTENCE:
-                assert labels is not None
-                split = pool_sentences(features, labels.labels[role], path=path)
-            else:
-                assert labels is not None
-                split = FeatureDataset.from_sentences(
-                    features,
-                    labels.labels[role],
-                    None if labels.heads is None else labels.heads[role],
-                    path=path,
-                )
-            splits[encoder][role] = split
-        if settings.standardize:
-            standardize_layers(splits[encoder])
-        if kind.is_tree:
-            converted: dict[int, torch.Tensor] = {}  # an array two roles share, converted once
-            for role, split in splits[encoder].items():
-                key = split.features.data_ptr()
-                if key not in converted:
-                    converted[key] = split.features.to(as_probed)
-                splits[encoder][role] = dataclasses.replace(split, features=converted[key])
-    return splits, labels
 
 
 def _fit(
@@ -421,12 +305,12 @@ def _code_fit(
 def _wsd_cell(
     task: TaskConfig,
     modes: Sequence[str],
-    data: DataCatalog,
+    data: WsdData,
     settings: ProbeSettings,
     out: Path,
     start_run: RunStarter,
 ) -> list[dict[str, Any]]:
-    """1-NN word senses: each encoder's features read once, every frozen mode scored on them."""
+    """1-NN word senses: every frozen mode scored on each encoder's instance vectors."""
     results = []
     if FeatureMode.SCALAR_MIX.value in modes:
         for encoder in settings.encoders:
@@ -443,9 +327,7 @@ def _wsd_cell(
     frozen = [mode for mode in modes if mode != FeatureMode.SCALAR_MIX.value]
     if not frozen:
         return results
-    assert task.wordnet is not None, "task.check() requires wordnet for wsd"
-    wordnet = read_wordnet_sense_index(task.wordnet)
-    sources = task_sources(task, data, wordnet)
+    sources, wordnet = data.sources, data.wordnet
     train_keys = [i.sense_keys for s in sources["train"].wsd_sentences() for i in s.instances]
     evaluation = {role: _WsdSplit.of(sources[role].wsd_sentences(), wordnet) for role in EVAL_ROLES}
     # The first-sense baseline reads no features: one score per split for every mode and encoder.
@@ -456,11 +338,7 @@ def _wsd_cell(
         for role, split in evaluation.items()
     }
     for encoder in settings.encoders:
-        encoder_dir = Path(settings.features_dir) / encoder
-        layers = {
-            role: _instance_layers(read_split_features(encoder_dir, sources[role]))
-            for role in SPLIT_ROLES
-        }
+        layers = data.layers[encoder]
         for mode in frozen:
             fields = {"task": task.name, "features": mode, "encoder": encoder, "seed": None}
             with start_run(fields) as run:
@@ -558,8 +436,3 @@ def _wsd_scores(
         "per_sentence_test": {"correct": correct, "total": total},
     }
     return metrics, predictions["test"]
-
-
-def _instance_layers(sentences: list[np.ndarray]) -> torch.Tensor:
-    """Per-sentence ``(num_layers, n_i, dim)`` arrays -> ``(num_layers, instances, dim)``."""
-    return torch.from_numpy(np.concatenate(sentences, axis=1))

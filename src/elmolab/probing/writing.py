@@ -16,7 +16,8 @@ from elmolab.core.fsutil import write_json
 from elmolab.core.hardware import peak_memory
 from elmolab.core.schema import ProbeSettings, TaskConfig
 from elmolab.core.tracking import TrackedRun, metric_key
-from elmolab.data.catalogue import TREE_METRICS, TaskLabels
+from elmolab.data.labels import TaskLabels
+from elmolab.data.tasks import TREE_METRICS
 from elmolab.io.results import (
     METRICS_FILE,
     ONLINE_CODE_FILE,

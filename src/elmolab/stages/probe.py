@@ -18,20 +18,46 @@ override them there, e.g. ``grid.tasks.upos.mdl=true``. Both read the cached fea
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+import torch
+from omegaconf import DictConfig, OmegaConf
 
 from elmolab.core.config import run_stage, section
 from elmolab.core.errors import ElmolabError
-from elmolab.core.schema import ExtractConfig, FeaturesConfig, GridConfig, ProbeSettings, TaskConfig
+from elmolab.core.schema import (
+    ExtractConfig,
+    FeaturesConfig,
+    GridConfig,
+    ProbeSettings,
+    TaskConfig,
+    TaskKind,
+)
 from elmolab.core.tracking import init_run, run_tags
-from elmolab.data.catalogue import data_catalog
-from elmolab.probing.runner import feature_modes, run_cell
+from elmolab.data.catalogue import DataCatalog, data_catalog
+from elmolab.data.tasks import check_task
+from elmolab.io.results import FeatureMode
+from elmolab.probing.cell_data import load_cell
+from elmolab.probing.runner import RunStarter, no_tracking, run_cell
+from elmolab.probing.settings import probe_precision
+
+
+def feature_modes(conf_dir: Path, names: Sequence[str]) -> list[str]:
+    """The feature mode of each ``conf/features/<name>.yaml`` of ``names`` (``grid.features``);
+    an ElmolabError names a missing file and the choices."""
+    modes = []
+    for name in names:
+        path = Path(conf_dir) / "features" / f"{name}.yaml"
+        if not path.is_file():
+            choices = sorted(p.stem for p in path.parent.glob("*.yaml"))
+            raise ElmolabError(f"grid.features: no {path} (choices: {', '.join(choices)})")
+        modes.append(section(OmegaConf.load(path), "", FeaturesConfig, where=str(path)).mode)
+    return modes
 
 
 def grid_task(cfg: DictConfig) -> TaskConfig:
@@ -48,11 +74,55 @@ def grid_task(cfg: DictConfig) -> TaskConfig:
     return tasks[name]
 
 
+def resolve_cell(
+    task: TaskConfig, modes: Sequence[str], seeds: Sequence[int], settings: ProbeSettings
+) -> tuple[TaskConfig, list[str], ProbeSettings]:
+    """The cell's task, feature modes and settings, checked and resolved once for everything
+    below: ``probe.unseen`` (where set) over the task's own, the modes by their names, and the
+    probes' precision chosen for this machine (WSD's 1-NN trains nothing, and keeps it as set).
+    A bad value is an ElmolabError naming the key."""
+    if settings.unseen is not None:
+        task = dataclasses.replace(task, unseen=settings.unseen)
+    check_task(task)
+    settings.check()
+    modes = [FeatureMode.parse(mode).value for mode in modes]
+    if not modes:
+        raise ElmolabError("no feature modes to run (grid.features is empty)")
+    if not seeds:
+        raise ElmolabError("no seeds to run (grid.seeds is empty)")
+    if TaskKind(task.kind) is not TaskKind.WSD:
+        # Not logged: every cell on a machine chooses the same, and each run's metrics.json
+        # records it; a line per cell would repeat it through a whole `dvc repro`.
+        settings = dataclasses.replace(settings, precision=probe_precision(settings).precision)
+    return task, modes, settings
+
+
+def probe_cell(
+    task: TaskConfig,
+    modes: Sequence[str],
+    seeds: Sequence[int],
+    catalog: DataCatalog,
+    settings: ProbeSettings,
+    cell_dir: Path,
+    start_run: RunStarter = no_tracking,
+) -> list[dict[str, Any]]:
+    """One cell: its settings resolved (:func:`resolve_cell`), its data loaded from ``catalog``
+    (the catalogue the features were extracted from), both once, then every run of it written to
+    ``cell_dir`` (:func:`~elmolab.probing.runner.run_cell`); the metrics of every run."""
+    task, modes, settings = resolve_cell(task, modes, seeds, settings)
+    # The whole cell computes on these threads, its loading too (standardizing sums in parallel).
+    torch.set_num_threads(settings.num_threads)
+    torch.set_flush_denormal(True)
+    data = load_cell(task, settings, catalog)
+    return run_cell(task, modes, data, settings, seeds, cell_dir, start_run)
+
+
 def run_modes(cfg: DictConfig, out_dir: Path, modes: Sequence[str], seeds: Sequence[int]) -> dict:
     """The task ``task`` with feature ``modes`` and ``seeds`` on every encoder -> ``out_dir``."""
     task = grid_task(cfg)
-    catalog = data_catalog(section(cfg, "extract", ExtractConfig))
     settings = section(cfg, "probe", ProbeSettings)
+    extract = section(cfg, "extract", ExtractConfig)
+    catalog = data_catalog(extract)
 
     def start_run(fields: dict[str, Any]):
         seed = "" if fields["seed"] is None else f"/seed{fields['seed']}"
@@ -62,7 +132,7 @@ def run_modes(cfg: DictConfig, out_dir: Path, modes: Sequence[str], seeds: Seque
         return init_run(cfg, job_type="probe", name=name, tags=run_tags(**fields), config=fields)
 
     cell_dir = out_dir / task.name
-    results = run_cell(task, modes, catalog, settings, seeds, cell_dir, start_run)
+    results = probe_cell(task, modes, seeds, catalog, settings, cell_dir, start_run)
     return {"cell": str(cell_dir), "runs": len(results)}
 
 

@@ -27,9 +27,10 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torchcrf import CRF
 
+from elmolab.data.labels import LabelVocabulary, TaskMetric
 from elmolab.elmo import Elmo
 from elmolab.models.bilm import BiLM
-from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score
+from elmolab.probing.metrics import task_score
 
 
 @dataclass(frozen=True, eq=False)

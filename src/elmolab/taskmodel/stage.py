@@ -57,14 +57,14 @@ from elmolab.core.schema import (
     TaskKind,
     TaskModelConfig,
 )
-from elmolab.data.catalogue import DataCatalog, SplitSource, check_task, read_split_features
-from elmolab.data.catalogue import task_labels as read_task_labels
+from elmolab.data.catalogue import DataCatalog, SplitSource, read_split_features
+from elmolab.data.labels import LabelVocabulary, TaskMetric
+from elmolab.data.tasks import check_task, load_task
 from elmolab.elmo import batch_to_ids
 from elmolab.io.features import feature_path
 from elmolab.io.results import METRICS_FILE, PREDICTIONS_FILE, SEED_PREFIX
 from elmolab.models.encoder_files import encoder_files
 from elmolab.probing.datasets import FeatureDataset, standardize_layers
-from elmolab.probing.metrics import LabelVocabulary, TaskMetric
 from elmolab.report.stats import paired_t_test
 from elmolab.taskmodel.data import (
     LengthSortedBatches,
@@ -134,8 +134,9 @@ class TaskData:
 def load_task_data(config: TaskModelConfig, task: TaskConfig, catalog: DataCatalog) -> TaskData:
     """Read ``task``'s splits, their tags and the token encoder's layer 0 (standardized as
     configured)."""
-    sources = {role: catalog.read(*ref) for role, ref in task.split_refs().items()}
-    labels = read_task_labels(task, sources)
+    loaded = load_task(task, catalog)
+    sources, labels = loaded.sources, loaded.labels
+    assert labels is not None, "tagging_task gives a token task"
     words = WordVocabulary((s.tokens for s in sources["train"].sentences), config.min_word_count)
     word_ids = {
         role: torch.tensor(

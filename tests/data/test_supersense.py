@@ -9,7 +9,8 @@ import pytest
 from conftest import expect_error
 
 from elmolab.core.schema import TaskConfig
-from elmolab.data.catalogue import DatasetFormat, SplitSource, task_labels
+from elmolab.data.catalogue import DatasetFormat, SplitSource
+from elmolab.data.labels import task_labels
 from elmolab.data.wsd import (
     LEXICOGRAPHER_FILES,
     SenseInstance,

@@ -17,7 +17,7 @@ from seqeval.scheme import IOB1, IOB2, IOBES
 
 from elmolab.core.config import section
 from elmolab.core.schema import ColumnsConfig, DatasetConfig, TaskConfig
-from elmolab.data.catalogue import dataset_digest, read_split, task_labels
+from elmolab.data.catalogue import dataset_digest, read_split
 from elmolab.data.conll import (
     LOOSE_BEGINS,
     Separator,
@@ -27,7 +27,8 @@ from elmolab.data.conll import (
     read_columns,
     spans_to_tags,
 )
-from elmolab.probing.metrics import LabelVocabulary, span_f1, task_score
+from elmolab.data.labels import LabelVocabulary, task_labels
+from elmolab.probing.metrics import span_f1, task_score
 
 SCHEMES = list(TagScheme)  # IO, IOB1, IOB2, BIOES: the tag columns of the tables below
 SEPARATORS = {Separator.WHITESPACE: " ", Separator.TAB: "\t"}
