@@ -17,16 +17,10 @@ from test_trees import _split as tree_split
 from elmolab.core.schema import SPLIT_ROLES
 from elmolab.io.results import FeatureMode
 from elmolab.probing.engine import train_heads
+from elmolab.probing.kinds import build, probe_kind
+from elmolab.probing.kinds.structural import StructuralProbe
 from elmolab.probing.metrics import LabelVocabulary
-from elmolab.probing.probes import (
-    Head,
-    LayerInput,
-    ScalarMix,
-    StructuralProbe,
-    build,
-    fit,
-)
-from elmolab.probing.settings import Schedule
+from elmolab.probing.probes import Head, LayerInput, ScalarMix, fit
 from elmolab.probing.trees import GoldTrees, tree_distances
 
 MODES = ["layer0", "layer1", "mean", "scalar_mix", "concat"]
@@ -52,7 +46,7 @@ def _heads(kind: str) -> list[Head]:
 def _assert_trains_as_the_engine(kind, heads, splits, settings, vocabulary=None, metric=None):
     together = train_heads(heads, splits, settings, kind=kind, metric=metric, vocabulary=vocabulary)
     assert len({result.epochs for result in together}) > 1  # heads stopped at different epochs
-    schedule = Schedule.of(settings, kind)
+    schedule = probe_kind(kind).schedule(settings)
     for head, result in zip(heads, together, strict=True):
         probe, data = build(kind, head, splits, settings, vocabulary, metric)
         trace = fit(probe, data, schedule, head.seed)

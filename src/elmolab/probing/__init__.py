@@ -3,7 +3,8 @@ batched path the stage runs) on frozen features, metrics, WSD 1-NN."""
 
 from elmolab.core.schema import ProbeSettings
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
-from elmolab.probing.engine import EpochRecord, ProbeResult, train_heads
+from elmolab.probing.engine import train_heads
+from elmolab.probing.heads import EpochRecord, ProbeResult
 from elmolab.probing.metrics import (
     ControlTask,
     LabelVocabulary,
