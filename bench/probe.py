@@ -70,16 +70,11 @@ from elmolab.core.schema import (
 )
 from elmolab.data.catalogue import data_catalog
 from elmolab.probing.cell_data import load_cell
-from elmolab.probing.engine import (
-    ArcProbes,
-    FitTrace,
-    HeadAdam,
-    StructuralProbes,
-    TokenProbes,
-    train_step,
-)
+from elmolab.probing.engine import HeadAdam, train_step
+from elmolab.probing.heads import FitTrace
 from elmolab.probing.jobs import layer0_twins, plan_jobs, training_subset
-from elmolab.probing.settings import Schedule, probe_dtype, probe_precision
+from elmolab.probing.kinds import KINDS, ProbeTask
+from elmolab.probing.settings import probe_dtype, probe_precision
 from elmolab.stages.probe import feature_modes, probe_cell
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,11 +159,12 @@ class JobCost:
 def job_cost(kind: TaskKind, splits, labels, task, settings, heads, steps: int) -> JobCost:
     """One epoch of a job (a training step, the steps of an epoch, a dev evaluation) and its end
     (every head scored on dev and test and its results assembled), timed, then counted."""
-    if kind.is_tree:
-        probes = (ArcProbes if kind is TaskKind.ARC else StructuralProbes)(heads, splits, settings)
-    else:
-        probes = TokenProbes(heads, splits, labels.vocabulary, task.metric, settings)
-    optimizer = HeadAdam(probes.parameter_groups(Schedule.of(settings, kind.value)), len(heads))
+    probe_kind = KINDS[kind]
+    vocabulary = None if labels is None else labels.vocabulary
+    metric = task.metric if probe_kind.labelled else None
+    fit_task = ProbeTask(splits, settings, vocabulary, metric)
+    probes = probe_kind.build_batched(heads, fit_task, bits=False)
+    optimizer = HeadAdam(probes.parameter_groups(probe_kind.schedule(settings)), len(heads))
     shuffles = [torch.Generator().manual_seed(seed) for seed in probes.seeds]
     active = torch.ones(len(heads), dtype=torch.bool)
     epoch = list(probes.epoch_steps(shuffles))

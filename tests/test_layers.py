@@ -34,8 +34,9 @@ LAYERS = (
 )
 
 
-# Inside ``elmolab.probing``, bottom to top: the reference probes read nothing of the batched
-# engine, the engine nothing of how a cell schedules and writes its jobs.
+# Inside ``elmolab.probing``, bottom to top: what every reference probe is reads nothing of the
+# batched heads, the heads nothing of the kinds, the kinds nothing of the engine that trains them,
+# the engine nothing of how a cell schedules and writes its jobs.
 PROBING_LAYERS = (
     # data, metrics and settings, and a cell's data loaded
     (
@@ -46,8 +47,10 @@ PROBING_LAYERS = (
         "elmolab.probing.wsd",
         "elmolab.probing.cell_data",
     ),
-    ("elmolab.probing.probes",),  # the reference: one probe, one module, and fit()
-    ("elmolab.probing.engine",),  # the batched path: many heads at once
+    ("elmolab.probing.probes",),  # the reference: what a probe is, and fit()
+    ("elmolab.probing.heads",),  # the batched path's shared parts: many heads at once
+    ("elmolab.probing.kinds",),  # one module per kind (reference and batched), their registry
+    ("elmolab.probing.engine",),  # the batched heads' optimizer, loop and entry points
     ("elmolab.probing.jobs", "elmolab.probing.writing"),  # a cell's jobs and its result files
     ("elmolab.probing.runner",),  # one cell of the grid
 )

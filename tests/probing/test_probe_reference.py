@@ -19,14 +19,9 @@ from elmolab.data.labels import LabelVocabulary
 from elmolab.io.results import FeatureMode
 from elmolab.models.scalar_mix import ScalarMix
 from elmolab.probing.engine import train_heads
-from elmolab.probing.probes import (
-    Head,
-    LayerInput,
-    StructuralProbe,
-    build,
-    fit,
-)
-from elmolab.probing.settings import Schedule
+from elmolab.probing.kinds import build, probe_kind
+from elmolab.probing.kinds.structural import StructuralProbe
+from elmolab.probing.probes import Head, LayerInput, fit
 from elmolab.probing.trees import GoldTrees, tree_distances
 
 MODES = ["layer0", "layer1", "mean", "scalar_mix", "concat"]
@@ -52,7 +47,7 @@ def _heads(kind: str) -> list[Head]:
 def _assert_trains_as_the_engine(kind, heads, splits, settings, vocabulary=None, metric=None):
     together = train_heads(heads, splits, settings, kind=kind, metric=metric, vocabulary=vocabulary)
     assert len({result.epochs for result in together}) > 1  # heads stopped at different epochs
-    schedule = Schedule.of(settings, kind)
+    schedule = probe_kind(kind).schedule(settings)
     for head, result in zip(heads, together, strict=True):
         probe, data = build(kind, head, splits, settings, vocabulary, metric)
         trace = fit(probe, data, schedule, head.seed)

@@ -23,10 +23,11 @@ from elmolab.probing import (
     train_heads,
 )
 from elmolab.probing.datasets import mean_pool, pool_sentences, standardize_layers
-from elmolab.probing.engine import TokenProbes
+from elmolab.probing.kinds import probe_kind
+from elmolab.probing.kinds.pair import PairProbes
+from elmolab.probing.kinds.token import TokenProbes
 from elmolab.probing.metrics import span_f1
 from elmolab.probing.probes import made_progress
-from elmolab.probing.settings import Schedule
 
 LABELS = ["ADJ", "NOUN", "VERB"]
 FAST = dataclasses.replace(
@@ -383,7 +384,7 @@ def test_pair_table_heads_equal_mixing_then_classifying(kind: str, root: str) ->
     split (a head's first map split by the blocks of its input, the root's terms added on the rows
     headed by the root, a learned mix mixing the table's layers): their logits and gradients are
     those of the reference computation, each head's input mixed from the features and joined on
-    the step (``TokenProbes._pair_logits``), for every kind of input (a layer, the mean, a learned
+    the step (``PairProbes._pair_logits``), for every kind of input (a layer, the mean, a learned
     mix, a concatenation, layer 0 beside a fixed or a learned mix)."""
     train, dev, test = (_split(n, seed, pair=True)[0] for n, seed in ((40, 0), (10, 1), (10, 2)))
     settings = dataclasses.replace(FAST, kind=kind, hidden_dim=8, root=root)
@@ -393,7 +394,7 @@ def test_pair_table_heads_equal_mixing_then_classifying(kind: str, root: str) ->
     heads += [Head(FeatureMode.SCALAR_MIX, seed, baseline=True) for seed in (1, 2)]
     splits = {"train": train, "dev": dev, "test": test}
     vocabulary = LabelVocabulary([*LABELS, "root"])
-    probes = TokenProbes(heads, splits, vocabulary, "accuracy", settings)
+    probes = PairProbes(heads, splits, vocabulary, "accuracy", settings)
     assert len(probes.table_blocks) == len(probes.parts) == 5
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():  # learned mixes and root vectors away from their start
@@ -561,9 +562,10 @@ def test_pair_probes_train_at_pair_lr_and_token_probes_at_lr() -> None:
     assert histories(token_splits, None, 0.05, 0.3) == token
     assert histories(token_splits, None, 0.01, 0.01) != token
     rates = dataclasses.replace(settings, lr=0.02, pair_lr=0.07)
-    assert Schedule.of(rates, "pair").lr == 0.07 and Schedule.of(rates, "token").lr == 0.02
+    assert probe_kind("pair").schedule(rates).lr == 0.07
+    assert probe_kind("token").schedule(rates).lr == 0.02
     with pytest.raises(ValueError, match="unknown probe kind"):
-        Schedule.of(settings, "wsd")
+        probe_kind("wsd")
 
 
 def test_span_metric_selects_on_span_f1_and_reports_untyped_f1(

@@ -14,7 +14,9 @@ from scipy.stats import spearmanr
 from elmolab.core.errors import ElmolabError
 from elmolab.io.results import FeatureMode
 from elmolab.probing.datasets import TreeDataset
-from elmolab.probing.engine import ProbeResult, StructuralGold, train_heads
+from elmolab.probing.engine import train_heads
+from elmolab.probing.heads import ProbeResult
+from elmolab.probing.kinds.structural import StructuralGold
 from elmolab.probing.probes import Head
 from elmolab.probing.trees import (
     GoldTrees,
@@ -388,13 +390,13 @@ def test_structural_gold_made_once_gives_the_same_results(
         "edges" in vars(scorer) and "ranks" in vars(scorer) for scorer in gold.scorers.values()
     )
     heads = [Head(FeatureMode.LAYER1, 0)]
-    shared = train_heads(heads, roles, FAST, kind="structural", gold=gold)
+    shared = train_heads(heads, roles, FAST, kind="structural", shared=gold)
     own = train_heads(heads, roles, FAST, kind="structural")
     untimed = [dataclasses.replace(result, wall_seconds=0.0) for result in (*shared, *own)]
     assert untimed[0] == untimed[1]
     other = {**roles, "dev": roles["train"]}  # other sentences in the dev role
     with pytest.raises(ValueError, match="gold distances of dev are not of its sentences"):
-        train_heads(heads, other, FAST, kind="structural", gold=gold)
+        train_heads(heads, other, FAST, kind="structural", shared=gold)
 
 
 @pytest.mark.parametrize(

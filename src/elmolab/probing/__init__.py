@@ -4,7 +4,8 @@ batched path the stage runs) on frozen features, metrics, WSD 1-NN."""
 from elmolab.core.schema import ProbeSettings
 from elmolab.data.labels import ControlTask, LabelVocabulary, TaskMetric
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
-from elmolab.probing.engine import EpochRecord, ProbeResult, train_heads
+from elmolab.probing.engine import train_heads
+from elmolab.probing.heads import EpochRecord, ProbeResult
 from elmolab.probing.metrics import accuracy, span_f1, task_score, untyped_span_f1
 from elmolab.probing.probes import Head
 from elmolab.probing.wsd import (

@@ -19,6 +19,7 @@ from elmolab.core.errors import ElmolabError
 from elmolab.core.schema import ProbeSettings, TaskKind
 from elmolab.io.features import summary_path
 from elmolab.io.results import CONDITIONAL_MODES, FeatureMode
+from elmolab.probing.kinds import KINDS
 from elmolab.probing.probes import Head
 
 
@@ -62,7 +63,7 @@ def plan_jobs(
     within a fraction of the smallest. In a token cell the small learning-curve fits fill the
     gaps instead, and its bigger fits amortize a step's overhead over more heads (its heads share
     one product, so they stay together)."""
-    fractions = [1.0, *settings.train_fractions] if kind is TaskKind.TOKEN else [1.0]
+    fractions = [1.0, *settings.train_fractions] if KINDS[kind].learning_curve else [1.0]
     for fraction in fractions:
         if not 0.0 < fraction <= 1.0:
             raise ElmolabError(f"probe.train_fractions: {fraction} is not in (0, 1]")
@@ -112,11 +113,11 @@ def plan_jobs(
 def job_arithmetic(kind: TaskKind, job: Job, num_layers: int) -> float:
     """A job's arithmetic per training token, in units of one layer-wide head: a head's products
     grow with its input's width (a concatenation: ``num_layers`` layers; layer 0 beside a mix:
-    two), the arc probe's bilinear map with its square."""
+    two), with the power the kind gives (the arc probe's bilinear map: its square)."""
     total = 0.0
     for head in job.heads:
         width = num_layers if head.mode is FeatureMode.CONCAT else 2 if head.baseline else 1
-        total += width**2 if kind is TaskKind.ARC else width
+        total += width ** KINDS[kind].width_power
     return total
 
 

@@ -66,12 +66,8 @@ from elmolab.io.results import (
 )
 from elmolab.probing.cell_data import ProbeData, WsdData
 from elmolab.probing.datasets import FeatureDataset
-from elmolab.probing.engine import (
-    ProbeResult,
-    StructuralGold,
-    online_code_block,
-    train_heads,
-)
+from elmolab.probing.engine import online_code_block, train_heads
+from elmolab.probing.heads import ProbeResult
 from elmolab.probing.jobs import (
     Job,
     layer0_twins,
@@ -80,6 +76,7 @@ from elmolab.probing.jobs import (
     run_jobs,
     training_subset,
 )
+from elmolab.probing.kinds import KINDS
 from elmolab.probing.writing import (
     CodeFit,
     copy_runs,
@@ -153,8 +150,10 @@ def _probe_cell(
     kind = TaskKind(task.kind)
     twins = layer0_twins(settings, modes, task.datasets())
     num_layers = next(iter(splits.values()))["train"].num_layers
-    # the structural probe's gold side: the same trees for every encoder, made once for all jobs
-    gold = StructuralGold.of(next(iter(splits.values()))) if kind is TaskKind.STRUCTURAL else None
+    # what the kind's fits share (the structural probe's gold side): the same trees for every
+    # encoder, made once for all jobs
+    make_shared = KINDS[kind].shared
+    shared = None if make_shared is None else make_shared(next(iter(splits.values())))
     jobs = plan_jobs(
         kind,
         modes,
@@ -170,7 +169,7 @@ def _probe_cell(
             lambda job=job: (
                 _code_fit(job, splits[job.encoder], labels, settings, task.metric)
                 if job.block is not None
-                else _fit(task, kind, job, splits[job.encoder], labels, settings, gold)
+                else _fit(task, kind, job, splits[job.encoder], labels, settings, shared)
             )
             for job in jobs
         ],
@@ -220,10 +219,10 @@ def _fit(
     splits: dict[str, Any],
     labels: TaskLabels | None,
     settings: ProbeSettings,
-    gold: StructuralGold | None = None,
+    shared: Any = None,
 ) -> tuple[list[ProbeResult], dict[str, Any]]:
-    """One job's results, and the counts of the splits it trained and scored on (``gold``: the
-    structural probe's, made once for the cell; a sentence task's majority baseline too)."""
+    """One job's results, and the counts of the splits it trained and scored on (``shared``: what
+    the kind's fits share, made once for the cell; a sentence task's majority baseline too)."""
     train = splits["train"]
     if job.fraction < 1.0:
         train = train.subset(training_subset(len(train.sentence_lengths), job.fraction, settings))
@@ -233,10 +232,10 @@ def _fit(
         fit_splits,
         settings,
         kind=kind.value,
-        metric=None if kind.is_tree else task.metric,
+        metric=task.metric if KINDS[kind].labelled else None,
         vocabulary=None if labels is None else labels.vocabulary,
         bits=(task.mdl or task.conditional) and job.fraction == 1.0,
-        gold=gold,
+        shared=shared,
     )
     counts = {f"n_{role}_tokens": int(fit_splits[role].features.shape[1]) for role in SPLIT_ROLES}
     counts["n_train_sentences"] = len(train.sentence_lengths)

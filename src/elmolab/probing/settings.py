@@ -10,9 +10,6 @@ import torch
 from elmolab.core.hardware import PrecisionChoice, choose_precision
 from elmolab.core.schema import ProbeSettings
 
-# The kinds trained as token probes: a label per token, per (word, gold head), per pooled sentence.
-TOKEN_KINDS = ("token", "pair", "sentence")
-
 
 def probe_precision(settings: ProbeSettings) -> PrecisionChoice:
     """``probe.precision`` resolved for this machine (probes run on the CPU): ``auto`` is
@@ -28,7 +25,8 @@ def probe_dtype(settings: ProbeSettings) -> torch.dtype:
 
 @dataclass(frozen=True)
 class Schedule:
-    """The optimisation of one probe kind, as ``probe`` (token, pair) or ``probe.tree`` set it."""
+    """The optimisation of one probe kind, as ``probe`` (token, pair) or ``probe.tree`` set it
+    (each kind names its own: ``elmolab.probing.kinds``)."""
 
     lr: float
     mix_lr: float
@@ -40,30 +38,31 @@ class Schedule:
     min_delta: float
 
     @classmethod
-    def of(cls, settings: ProbeSettings, kind: str) -> Schedule:
-        """The schedule of probe ``kind``: token, pair, sentence (the token schedule), arc or
-        structural."""
-        if kind in ("arc", "structural"):
-            t = settings.tree
-            return cls(
-                t.lr,
-                settings.mix_lr,
-                t.lr_decay,
-                t.max_epochs,
-                t.patience,
-                t.max_stalls,
-                0.0,
-                settings.min_delta,
-            )
-        if kind not in TOKEN_KINDS:
-            raise ValueError(f"unknown probe kind {kind!r}")
+    def of_probe(cls, settings: ProbeSettings, lr: float) -> Schedule:
+        """``probe``'s schedule at learning rate ``lr``: the probes that label items (token,
+        sentence, pair)."""
         return cls(
-            settings.pair_lr if kind == "pair" else settings.lr,
+            lr,
             settings.mix_lr,
             settings.lr_decay,
             settings.max_epochs,
             settings.patience,
             settings.max_stalls,
             settings.weight_decay,
+            settings.min_delta,
+        )
+
+    @classmethod
+    def of_tree(cls, settings: ProbeSettings) -> Schedule:
+        """``probe.tree``'s schedule: the tree probes (arc, structural)."""
+        t = settings.tree
+        return cls(
+            t.lr,
+            settings.mix_lr,
+            t.lr_decay,
+            t.max_epochs,
+            t.patience,
+            t.max_stalls,
+            0.0,
             settings.min_delta,
         )

@@ -25,7 +25,7 @@ from elmolab.io.results import (
     FeatureMode,
     run_folder,
 )
-from elmolab.probing.engine import ProbeResult
+from elmolab.probing.heads import ProbeResult
 from elmolab.probing.jobs import Job, online_code_blocks
 from elmolab.probing.metrics import TaskMetric
 from elmolab.probing.wsd import SensePrediction
