@@ -166,12 +166,11 @@ def write_payloads(args: argparse.Namespace, out: Path) -> list[Path]:
     """Each task's splits, for every encoder, as the current code loads them: one file a task."""
     from omegaconf import OmegaConf
 
-    from elmolab.core.config import section
+    from elmolab.core.config import feature_modes, section
     from elmolab.core.params import compose_params
     from elmolab.core.schema import ExtractConfig, GridConfig, ProbeSettings
     from elmolab.data.catalogue import data_catalog
     from elmolab.probing.cell_data import load_cell
-    from elmolab.stages.probe import feature_modes
 
     cfg = OmegaConf.create(compose_params(ROOT / "conf"))
     OmegaConf.update(cfg, "probe.features_dir", str(args.features))

@@ -57,7 +57,7 @@ from omegaconf import OmegaConf
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from elmolab.core.config import section
+from elmolab.core.config import feature_modes, section
 from elmolab.core.hardware import cpu_model
 from elmolab.core.params import compose_params
 from elmolab.core.schema import (
@@ -72,10 +72,10 @@ from elmolab.data.catalogue import data_catalog
 from elmolab.probing.cell_data import load_cell
 from elmolab.probing.engine import HeadAdam, train_step
 from elmolab.probing.heads import FitTrace
-from elmolab.probing.jobs import layer0_twins, plan_jobs, training_subset
+from elmolab.probing.jobs import layer0_twins, online_code_blocks, plan_jobs
 from elmolab.probing.kinds import KINDS, ProbeTask
 from elmolab.probing.settings import probe_dtype, probe_precision
-from elmolab.stages.probe import feature_modes, probe_cell
+from elmolab.stages.probe import probe_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -380,8 +380,13 @@ def predict_stage(
             settings,
             twins,
             conditional=task.conditional,
-            mdl=task.mdl,
+            online_blocks=(
+                online_code_blocks(len(data["train"].sentence_lengths), settings)
+                if task.mdl
+                else None
+            ),
             num_layers=data["train"].num_layers,
+            train_sentences=len(data["train"].sentence_lengths),
         )
         measured: dict[tuple[float, int], JobCost] = {}  # (fraction, heads) -> its cost
         durations = []
@@ -390,10 +395,7 @@ def predict_stage(
         for job in jobs:  # the runner's jobs, in its order
             key = (job.fraction, len(job.heads))
             if key not in measured:  # the cost of a job: its training set and number of heads
-                train = data["train"]
-                if job.fraction < 1.0:
-                    subset = training_subset(len(train.sentence_lengths), job.fraction, settings)
-                    train = train.subset(subset)
+                train = data["train"] if job.train is None else data["train"].subset(job.train)
                 cost = job_cost(
                     kind, {**data, "train": train}, labels, task, settings, job.heads, args.steps
                 )

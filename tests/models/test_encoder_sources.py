@@ -25,14 +25,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from elmolab.core.config import section
 from elmolab.core.errors import ElmolabError
-from elmolab.core.schema import ExtractConfig, ProbeSettings
+from elmolab.core.schema import ExtractConfig, GridConfig, ProbeSettings
 from elmolab.data.catalogue import data_catalog, read_split_features
 from elmolab.embed import embed_sentences
 from elmolab.io.features import summary_path
 from elmolab.models.bilm import BiLM
 from elmolab.models.encoder_files import encoder_files, load_encoder
 from elmolab.stages.extract import extract
-from elmolab.stages.probe import grid_task, probe_cell
+from elmolab.stages.probe import probe_cell
 
 OPTIONS, WEIGHTS = "elmo_test_options.json", "elmo_test_weights.hdf5"  # published-style names
 SENTENCES = 3  # per split of the extraction
@@ -197,7 +197,7 @@ def test_the_documented_ad_hoc_commands_extract_and_probe_without_pretraining(
     )
     cell = tmp_path / "probes" / "upos"
     probe_cell(
-        grid_task(cfg),
+        section(cfg, "grid", GridConfig).task(cfg.task),
         ["layer1"],
         [1],
         data_catalog(section(cfg, "extract", ExtractConfig)),

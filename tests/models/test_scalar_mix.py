@@ -136,8 +136,10 @@ def test_frozen_one_hot_mix_is_exactly_the_layer() -> None:
 
 def test_mean_mode_is_frozen_uniform() -> None:
     layers = _layers(3, 4, 5)
-    np.testing.assert_allclose(mix_layers(layers, "mean"), layers.numpy().mean(0), atol=1e-6)
-    assert frozen_weights("mean", 4).tolist() == [0.25] * 4
+    np.testing.assert_allclose(
+        mix_layers(layers, FeatureMode.MEAN), layers.numpy().mean(0), atol=1e-6
+    )
+    assert frozen_weights(FeatureMode.MEAN, 4).tolist() == [0.25] * 4
 
 
 def test_penalty_is_l2_on_w_of_learned_mixes() -> None:
@@ -148,20 +150,20 @@ def test_penalty_is_l2_on_w_of_learned_mixes() -> None:
 def test_concat_stacks_layers_side_by_side() -> None:
     layers = _layers(3, 2, 5, 4)
     expected = np.concatenate(list(layers.numpy()), axis=-1)  # (batch, time, 3 * dim)
-    assert np.array_equal(mix_layers(layers, "concat").numpy(), expected)
+    assert np.array_equal(mix_layers(layers, FeatureMode.CONCAT).numpy(), expected)
 
 
 def test_bad_modes_are_rejected() -> None:
     with pytest.raises(ElmolabError, match="unknown feature mode 'layer3'"):
         FeatureMode.parse("layer3")
     with pytest.raises(ElmolabError, match="needs at least 3 layers"):
-        mix_layers(_layers(2, 4, 5), "layer2")
+        mix_layers(_layers(2, 4, 5), FeatureMode.LAYER2)
     with pytest.raises(ElmolabError, match="needs at least 3 layers"):
         ScalarMix.of_modes([FeatureMode.LAYER2], 2)
     with pytest.raises(ElmolabError, match="only trained with a probe"):
-        mix_layers(_layers(3, 4, 5), "scalar_mix")
+        mix_layers(_layers(3, 4, 5), FeatureMode.SCALAR_MIX)
     with pytest.raises(ValueError, match="no fixed weights"):
-        frozen_weights("concat", 3)
+        frozen_weights(FeatureMode.CONCAT, 3)
 
 
 def test_one_minibatch_without_groups_is_the_grouped_mix_bit_for_bit() -> None:

@@ -170,7 +170,15 @@ def test_plan_adds_conditional_heads_to_full_fits_and_a_job_per_code_block() -> 
     settings = dataclasses.replace(SETTINGS, encoders=["trained", "token_only"])
     twins = {"token_only": "trained"}
     jobs = plan_jobs(
-        TaskKind.TOKEN, modes, [1, 2], settings, twins, conditional=True, mdl=True, num_layers=3
+        TaskKind.TOKEN,
+        modes,
+        [1, 2],
+        settings,
+        twins,
+        conditional=True,
+        online_blocks=online_code_blocks(200, settings),
+        num_layers=3,
+        train_sentences=200,
     )
     full = [job for job in jobs if job.fraction == 1.0]
     assert [job.encoder for job in full] == ["trained", "token_only"]
@@ -186,6 +194,8 @@ def test_plan_adds_conditional_heads_to_full_fits_and_a_job_per_code_block() -> 
     assert sorted({job.block for job in codes}) == [1, 2, 3, 4]
     assert len(codes) == 8 and all(not head.baseline for job in codes for head in job.heads)
     assert [job.fraction for job in jobs] == sorted((job.fraction for job in jobs), reverse=True)
-    plain = plan_jobs(TaskKind.TOKEN, modes, [1, 2], settings, twins, num_layers=3)
+    plain = plan_jobs(
+        TaskKind.TOKEN, modes, [1, 2], settings, twins, num_layers=3, train_sentences=200
+    )
     assert all(job.block is None for job in plain)
     assert not any(head.baseline for job in plain for head in job.heads)

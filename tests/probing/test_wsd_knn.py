@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from elmolab.core.errors import ElmolabError
+from elmolab.io.results import FeatureMode
 from elmolab.probing.wsd import (
     first_sense_keys,
     fit_sense_centroids,
@@ -68,10 +69,10 @@ def test_1nn_with_back_off_answers_everything() -> None:
     eval_layers = torch.zeros(3, 3, 2)
     eval_layers[1] = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     keys = [[financial], [financial], [river], [river]]
-    centroids = fit_sense_centroids(wsd_vectors(train_layers, "layer1"), keys)
+    centroids = fit_sense_centroids(wsd_vectors(train_layers, FeatureMode.LAYER1), keys)
     predictions = predict_senses(
         centroids,
-        wsd_vectors(eval_layers, "layer1"),
+        wsd_vectors(eval_layers, FeatureMode.LAYER1),
         [BANK, BANK, ("run", "VERB")],
         CANDIDATES,
         FIRST_SENSE,
@@ -84,7 +85,7 @@ def test_1nn_with_back_off_answers_everything() -> None:
 
 def test_learned_mix_does_not_apply() -> None:
     with pytest.raises(ElmolabError, match="scalar_mix does not apply"):
-        wsd_vectors(torch.zeros(3, 1, 2), "scalar_mix")
+        wsd_vectors(torch.zeros(3, 1, 2), FeatureMode.SCALAR_MIX)
 
 
 def test_first_sense_baseline_scores_wordnets_sense_1_on_the_same_instances() -> None:

@@ -16,16 +16,16 @@ import yaml
 from fixtures.workspace import SENTENCES, make_workspace
 from omegaconf import DictConfig, OmegaConf
 
-from elmolab.core.config import apply_overrides, load_params, section
+from elmolab.core.config import apply_overrides, feature_modes, load_params, section
 from elmolab.core.errors import ElmolabError
-from elmolab.core.schema import ExtractConfig, ProbeSettings, TaskKind
+from elmolab.core.schema import ExtractConfig, GridConfig, ProbeSettings, TaskKind
 from elmolab.data.catalogue import data_catalog
 from elmolab.data.wsd import LEXICOGRAPHER_FILES
 from elmolab.io.results import FeatureMode, without_timings
 from elmolab.probing.cell_data import load_cell
 from elmolab.probing.jobs import job_arithmetic, plan_jobs, training_subset
 from elmolab.report.collect import read_probe_runs
-from elmolab.stages.probe import feature_modes, grid_task, probe_cell
+from elmolab.stages.probe import probe_cell
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -71,7 +71,7 @@ def _cell(params: Path, task: str, modes: list[str]) -> tuple[DictConfig, dict]:
     apply_overrides(cfg, [f"task={task}"], params)
     probes = Path(cfg.paths.artifacts) / "probes"
     return cfg, {
-        "task": grid_task(cfg),
+        "task": section(cfg, "grid", GridConfig).task(cfg.task),
         "modes": modes,
         "catalog": data_catalog(section(cfg, "extract", ExtractConfig)),
         "settings": section(cfg, "probe", ProbeSettings),
@@ -521,7 +521,7 @@ def test_pair_and_tree_cells_split_fits_by_seed_and_concatenation_largest_first(
     modes = ["layer0", "layer1", "layer2", "mean", "scalar_mix", "concat"]
     settings = default_probe_settings()
     twins = {"token_only": "trained"}
-    jobs = plan_jobs(kind, modes, [1, 2, 3], settings, twins, num_layers=3)
+    jobs = plan_jobs(kind, modes, [1, 2, 3], settings, twins, num_layers=3, train_sentences=100)
     planned = [(job.encoder, head.seed, head.features) for job in jobs for head in job.heads]
     expected = [
         (encoder, seed, mode)

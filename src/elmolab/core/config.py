@@ -30,7 +30,7 @@ import dataclasses
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,7 +54,7 @@ from omegaconf.errors import (
 )
 
 from elmolab.core.errors import ElmolabError, resource_errors_named
-from elmolab.core.schema import SECTIONS
+from elmolab.core.schema import SECTIONS, FeaturesConfig
 
 T = TypeVar("T")
 StageFn = Callable[[DictConfig, Path], Any]
@@ -138,6 +138,19 @@ def section(cfg: DictConfig, key: str, schema: type[T], where: str | None = None
     except OmegaConfBaseException as err:
         full_key = f"{key}.{err.full_key}" if getattr(err, "full_key", None) else key
         raise ElmolabError(f"{full_key}: {setting_problem(err)}", where) from err
+
+
+def feature_modes(conf_dir: Path, names: Sequence[str]) -> list[str]:
+    """The feature mode of each ``conf/features/<name>.yaml`` of ``names`` (``grid.features``);
+    an ElmolabError names a missing file and the choices."""
+    modes = []
+    for name in names:
+        path = Path(conf_dir) / "features" / f"{name}.yaml"
+        if not path.is_file():
+            choices = sorted(p.stem for p in path.parent.glob("*.yaml"))
+            raise ElmolabError(f"grid.features: no {path} (choices: {', '.join(choices)})")
+        modes.append(section(OmegaConf.load(path), "", FeaturesConfig, where=str(path)).mode)
+    return modes
 
 
 def check_config(cfg: DictConfig, where: str) -> None:

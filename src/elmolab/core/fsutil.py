@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
@@ -124,3 +124,9 @@ def write_json(path: str | os.PathLike[str], obj: Any) -> None:
     """Write ``obj`` as indented JSON, atomically."""
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+
+
+def write_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> None:
+    """Write ``lines``, each ended by a newline, as UTF-8 text, atomically."""
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as out:
+        out.writelines(line + "\n" for line in lines)

@@ -409,6 +409,17 @@ class GridConfig:
     features: list[str]  # conf/features/<name>.yaml: every one inside each cell
     seeds: list[int]  # every seed runs inside each cell under DVC
 
+    def task(self, name: str) -> TaskConfig:
+        """The task ``name`` (the config's ``task``), as ``tasks`` holds it."""
+        if name not in self.tasks:
+            raise ElmolabError(f"task {name!r} is not one of grid.tasks ({', '.join(self.tasks)})")
+        if self.tasks[name].name != name:
+            raise ElmolabError(
+                f"grid.tasks.{name}.name is {self.tasks[name].name!r}: a cell's results folder is"
+                " its task's name, so the two must be the same"
+            )
+        return self.tasks[name]
+
     def check(self) -> None:
         """Each control task controls another task of the grid, itself no control task."""
         for name, task in self.tasks.items():

@@ -23,10 +23,9 @@ from elmolab.core.errors import ElmolabError
 from elmolab.io.results import FeatureMode
 
 
-def frozen_weights(mode: FeatureMode | str, num_layers: int) -> torch.Tensor:
+def frozen_weights(mode: FeatureMode, num_layers: int) -> torch.Tensor:
     """The fixed weights ``s`` ``(num_layers,)`` of a frozen mode: one-hot for ``layer<k>``,
     uniform for ``mean``."""
-    mode = FeatureMode.parse(mode)
     if mode is FeatureMode.MEAN:
         return torch.full((num_layers,), 1.0 / num_layers)
     if mode in (FeatureMode.SCALAR_MIX, FeatureMode.CONCAT):
@@ -37,11 +36,10 @@ def frozen_weights(mode: FeatureMode | str, num_layers: int) -> torch.Tensor:
     return F.one_hot(torch.tensor(layer), num_layers).float()
 
 
-def mix_layers(layers: torch.Tensor, mode: FeatureMode | str) -> torch.Tensor:
+def mix_layers(layers: torch.Tensor, mode: FeatureMode) -> torch.Tensor:
     """A frozen mode's feature of ``layers`` ``(num_layers, ..., dim)``, the layer axis first as
     in feature files: ``(..., dim)`` for a scalar mix (one product over the layer axis; a one-hot
     mix is its layer exactly), ``(..., num_layers * dim)`` for ``concat``."""
-    mode = FeatureMode.parse(mode)
     if mode is FeatureMode.CONCAT:
         return layers.movedim(0, -2).flatten(start_dim=-2)
     if mode is FeatureMode.SCALAR_MIX:

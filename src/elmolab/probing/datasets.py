@@ -11,15 +11,19 @@ task's split is a :class:`FeatureDataset` of one item per sentence, its tokens' 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from elmolab.core.errors import ElmolabError
+from elmolab.core.schema import EVAL_ROLES
+from elmolab.data.labels import LabelVocabulary
+from elmolab.io.results import MAJORITY_BASELINE
 
 
 class _Layers:
@@ -399,3 +403,19 @@ def _check_heads(
             " reaches the root)",
             path,
         )
+
+
+def majority_baseline(
+    splits: Mapping[str, FeatureDataset], vocabulary: LabelVocabulary
+) -> dict[str, Any]:
+    """The majority-class baseline: the most frequent label of ``splits["train"]`` (the first in
+    the vocabulary's order among equals) and the share of dev's and test's items that hold it,
+    the accuracy of a probe that always predicts it: ``majority_label``,
+    ``dev_majority_baseline``, ``test_majority_baseline``."""
+    train = splits["train"].labels  # (items,)
+    label = int(torch.bincount(train, minlength=len(vocabulary)).argmax())
+    shares = {role: float((splits[role].labels == label).double().mean()) for role in EVAL_ROLES}
+    return {
+        "majority_label": vocabulary.labels[label],
+        **{f"{role}_{MAJORITY_BASELINE}": share for role, share in shares.items()},
+    }

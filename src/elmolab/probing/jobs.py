@@ -34,6 +34,9 @@ class Job:
     fraction: float  # 1.0: the full training split
     heads: tuple[Head, ...]
     block: int | None = None  # online code: the index in probe.online_code_fractions it codes
+    # the training sentences it fits on, in corpus order (None: all of them)
+    train: tuple[int, ...] | None = None
+    coded: tuple[int, ...] = ()  # online code: the sentences of block ``block``
 
 
 def plan_jobs(
@@ -44,16 +47,21 @@ def plan_jobs(
     twins: Mapping[str, str],
     *,
     conditional: bool = False,
-    mdl: bool = False,
+    online_blocks: Sequence[Sequence[int]] | None = None,
     num_layers: int,
+    train_sentences: int,
 ) -> list[Job]:
     """The jobs of a cell, the big ones first: per training set (token tasks: the full one and
     each learning-curve share) and encoder, one fit of every mode and seed (but ``layer0`` of an
     encoder in ``twins``, :func:`layer0_twins`: its runs are copied).
 
     ``conditional`` adds to each full fit the heads on layer 0 beside each mode of
-    ``CONDITIONAL_MODES`` among ``modes``; ``mdl`` adds the online code's jobs, one per block
-    after the first and encoder, with the full fits' modes and seeds.
+    ``CONDITIONAL_MODES`` among ``modes``; ``online_blocks`` (a task measuring the online code,
+    ``mdl``: :func:`online_code_blocks`) adds the online code's jobs, one per block after the
+    first and encoder, with the full fits' modes and seeds. Each job carries the training
+    sentences it fits on (of ``train_sentences``): a learning-curve share's
+    (:func:`training_subset`), or the blocks before its own and its block's sentences (online
+    code).
 
     A cell without learning-curve jobs (pair and tree tasks) splits each fit by seed, and each
     seed's heads into the concatenation's and the others' (each part of a fit computes apart from
@@ -67,7 +75,7 @@ def plan_jobs(
     for fraction in fractions:
         if not 0.0 < fraction <= 1.0:
             raise ElmolabError(f"probe.train_fractions: {fraction} is not in (0, 1]")
-    by_seed = set(fractions) == {1.0} and not mdl and settings.workers > 1
+    by_seed = set(fractions) == {1.0} and online_blocks is None and settings.workers > 1
 
     def heads_of(encoder: str, shard: Sequence[int]) -> tuple[Head, ...]:
         return tuple(
@@ -80,6 +88,9 @@ def plan_jobs(
     conditioned = [mode for mode in CONDITIONAL_MODES if mode in modes] if conditional else []
     jobs = []
     for fraction in sorted(set(fractions), reverse=True):
+        train = (
+            None if fraction == 1.0 else tuple(training_subset(train_sentences, fraction, settings))
+        )
         for encoder in settings.encoders:
             for shard in [[seed] for seed in seeds] if by_seed else [list(seeds)]:
                 heads = heads_of(encoder, shard)
@@ -98,13 +109,15 @@ def plan_jobs(
                     if by_seed
                     else [heads]
                 )
-                jobs += [Job(encoder, fraction, group) for group in groups if group]
-    if mdl:
-        blocks = settings.online_code_fractions
-        for block in range(1, len(blocks)):
+                jobs += [Job(encoder, fraction, group, train=train) for group in groups if group]
+    if online_blocks is not None:
+        shares = settings.online_code_fractions
+        for block in range(1, len(shares)):
+            before = tuple(sorted(i for b in online_blocks[:block] for i in b))
             for encoder in settings.encoders:
                 if heads := heads_of(encoder, list(seeds)):
-                    jobs.append(Job(encoder, blocks[block - 1], heads, block))
+                    coded = tuple(online_blocks[block])
+                    jobs.append(Job(encoder, shares[block - 1], heads, block, before, coded))
     if by_seed:
         return sorted(jobs, key=lambda job: -job_arithmetic(kind, job, num_layers))  # stable
     return sorted(jobs, key=lambda job: -job.fraction)  # stable: the order above within a size

@@ -5,7 +5,8 @@ each encoder's features, one contiguous array per split, before the jobs fork, s
 them) and its settings resolved by the stage; it reads no file of the data. A job is an encoder
 and a training set (the full one, or a learning-curve subset): the probe engine trains every
 feature mode and seed of it together (:mod:`elmolab.probing.engine`). Results, under
-``<cell> = <probes>/<task>`` (the layout of ``elmolab.io.results``, which the report reads)::
+``<cell> = <probes>/<task>`` (the layout of ``elmolab.io.results``, which the report reads;
+:mod:`elmolab.probing.writing` writes them all, once the cell's fits are done)::
 
     <cell>/<features>/<encoder>/seed<k>/metrics.json            token, pair and tree tasks
     <cell>/<features>/<encoder>/seed<k>/fraction_<f>/...        learning-curve runs (token tasks)
@@ -38,15 +39,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from elmolab.core.fsutil import atomic_dir, write_json
 from elmolab.core.schema import (
     EVAL_ROLES,
     SPLIT_ROLES,
@@ -54,18 +53,15 @@ from elmolab.core.schema import (
     TaskConfig,
     TaskKind,
 )
-from elmolab.core.tracking import TrackedRun, metric_key
-from elmolab.data.labels import LabelVocabulary, TaskLabels
+from elmolab.core.tracking import TrackedRun
+from elmolab.data.labels import TaskLabels
 from elmolab.io.results import (
     FIRST_SENSE,
-    MAJORITY_BASELINE,
-    METRICS_FILE,
-    PREDICTIONS_FILE,
     FeatureMode,
     conditional_features,
 )
 from elmolab.probing.cell_data import ProbeData, WsdData
-from elmolab.probing.datasets import FeatureDataset
+from elmolab.probing.datasets import majority_baseline
 from elmolab.probing.engine import online_code_block, train_heads
 from elmolab.probing.heads import ProbeResult
 from elmolab.probing.jobs import (
@@ -74,17 +70,13 @@ from elmolab.probing.jobs import (
     online_code_blocks,
     plan_jobs,
     run_jobs,
-    training_subset,
 )
 from elmolab.probing.kinds import KINDS
 from elmolab.probing.writing import (
     CodeFit,
-    copy_runs,
-    probe_metrics,
-    track_run,
-    write_lines,
-    write_online_codes,
-    write_run,
+    RunStarter,
+    write_cell,
+    write_wsd_cell,
     wsd_line,
 )
 from elmolab.probing.wsd import (
@@ -100,9 +92,6 @@ from elmolab.probing.wsd import (
 log = logging.getLogger("elmolab.probe")
 
 WSD_METRIC = "f1"
-
-# Starts the tracking run of one probe run: its identifying fields -> a TrackedRun context.
-RunStarter = Callable[[dict[str, Any]], AbstractContextManager[TrackedRun]]
 
 
 @contextlib.contextmanager
@@ -128,12 +117,9 @@ def run_cell(
     :func:`~elmolab.probing.cell_data.load_cell` loaded it. Returns the metrics of every run, as
     written.
     """
-    with atomic_dir(cell_dir) as tmp:
-        if isinstance(data, WsdData):
-            results = _wsd_cell(task, modes, data, settings, tmp, start_run)
-        else:
-            results = _probe_cell(task, modes, data, settings, seeds, tmp, start_run)
-    return results
+    if isinstance(data, WsdData):
+        return _wsd_cell(task, modes, data, settings, cell_dir, start_run)
+    return _probe_cell(task, modes, data, settings, seeds, cell_dir, start_run)
 
 
 def _probe_cell(
@@ -142,13 +128,16 @@ def _probe_cell(
     data: ProbeData,
     settings: ProbeSettings,
     seeds: Sequence[int],
-    out: Path,
+    cell_dir: Path,
     start_run: RunStarter,
 ) -> list[dict[str, Any]]:
     """Token, pair and tree tasks: every job, ``settings.workers`` at a time, largest first."""
     splits, labels = data.splits, data.labels
     kind = TaskKind(task.kind)
-    twins = layer0_twins(settings, modes, task.datasets())
+    datasets = task.datasets()
+    train_sentences = len(next(iter(splits.values()))["train"].sentence_lengths)
+    twins = layer0_twins(settings, modes, datasets)
+    blocks = online_code_blocks(train_sentences, settings) if task.mdl else None
     num_layers = next(iter(splits.values()))["train"].num_layers
     # what the kind's fits share (the structural probe's gold side): the same trees for every
     # encoder, made once for all jobs
@@ -161,42 +150,27 @@ def _probe_cell(
         settings,
         twins,
         conditional=task.conditional,
-        mdl=task.mdl,
+        online_blocks=blocks,
         num_layers=num_layers,
+        train_sentences=train_sentences,
     )
     fits = run_jobs(
         [
-            lambda job=job: (
-                _code_fit(job, splits[job.encoder], labels, settings, task.metric)
-                if job.block is not None
-                else _fit(task, kind, job, splits[job.encoder], labels, settings, shared)
-            )
+            lambda job=job: _fit(task, kind, job, splits[job.encoder], labels, settings, shared)
             for job in jobs
         ],
         settings.workers,
     )
     codes = [(job, fit) for job, fit in zip(jobs, fits, strict=True) if job.block is not None]
-    if codes:
-        assert labels is not None
-        write_online_codes(task, codes, splits, labels, settings, twins, out)
-    results = []
-    for job, (fit, counts) in zip(jobs, fits, strict=True):
-        if job.block is not None:
-            continue
-        for result in fit:
-            fields = {
-                "task": task.name,
-                "features": result.features,
-                "encoder": job.encoder,
-                "seed": result.seed,
-            }
-            metrics = probe_metrics(fields, job.fraction, result, counts, settings.precision)
-            write_run(out, metrics, result, settings)
-            with start_run({**fields, "train_fraction": job.fraction}) as run:
-                track_run(run, metrics, result)
-            results.append(metrics)
-    for encoder, twin in twins.items():
-        results += copy_runs(results, twin, encoder, out)
+    runs = [
+        (job, result, counts)
+        for job, (fit, counts) in zip(jobs, fits, strict=True)
+        if job.block is None
+        for result in fit
+    ]
+    results = write_cell(
+        cell_dir, task, runs, codes, blocks, splits, labels, settings, twins, start_run
+    )
     order = {encoder: i for i, encoder in enumerate(settings.encoders)}
     # the grid's modes in order, then the conditional probes' (layer0+<mode>)
     mode_order = {mode: i for i, mode in enumerate(modes)}
@@ -220,83 +194,59 @@ def _fit(
     labels: TaskLabels | None,
     settings: ProbeSettings,
     shared: Any = None,
-) -> tuple[list[ProbeResult], dict[str, Any]]:
+) -> tuple[list[ProbeResult], dict[str, Any]] | CodeFit:
     """One job's results, and the counts of the splits it trained and scored on (``shared``: what
-    the kind's fits share, made once for the cell; a sentence task's majority baseline too)."""
-    train = splits["train"]
-    if job.fraction < 1.0:
-        train = train.subset(training_subset(len(train.sentence_lengths), job.fraction, settings))
-    fit_splits = {**splits, "train": train}
-    results = train_heads(
-        job.heads,
-        fit_splits,
-        settings,
-        kind=kind.value,
-        metric=task.metric if KINDS[kind].labelled else None,
-        vocabulary=None if labels is None else labels.vocabulary,
-        bits=(task.mdl or task.conditional) and job.fraction == 1.0,
-        shared=shared,
-    )
-    counts = {f"n_{role}_tokens": int(fit_splits[role].features.shape[1]) for role in SPLIT_ROLES}
-    counts["n_train_sentences"] = len(train.sentence_lengths)
-    if labels is not None:
-        counts.update(labels.counts)
-    if kind is TaskKind.SENTENCE:
-        assert labels is not None
-        counts.update(majority_baseline(fit_splits, labels.vocabulary))
-    for result in results:
-        log.info(
-            "%s/%s/%s/seed%d%s: dev %.4f, test %.4f (%s, best epoch %d of %d%s)",
-            task.name,
-            result.features,
-            job.encoder,
-            result.seed,
-            "" if job.fraction == 1.0 else f"/fraction_{job.fraction:g}",
-            result.dev,
-            result.test,
-            result.metric,
-            result.best_epoch,
-            result.epochs,
-            ", epoch cap" if result.hit_epoch_cap else "",
-        )
-    return results, counts
-
-
-def majority_baseline(
-    splits: Mapping[str, FeatureDataset], vocabulary: LabelVocabulary
-) -> dict[str, Any]:
-    """The majority-class baseline: the most frequent label of ``splits["train"]`` (the first in
-    the vocabulary's order among equals) and the share of dev's and test's items that hold it,
-    the accuracy of a probe that always predicts it: ``majority_label``,
-    ``dev_majority_baseline``, ``test_majority_baseline``."""
-    train = splits["train"].labels  # (items,)
-    label = int(torch.bincount(train, minlength=len(vocabulary)).argmax())
-    shares = {role: float((splits[role].labels == label).double().mean()) for role in EVAL_ROLES}
-    return {
-        "majority_label": vocabulary.labels[label],
-        **{f"{role}_{MAJORITY_BASELINE}": share for role, share in shares.items()},
-    }
-
-
-def _code_fit(
-    job: Job,
-    splits: dict[str, Any],
-    labels: TaskLabels | None,
-    settings: ProbeSettings,
-    metric: str,
-) -> CodeFit:
-    """The code length of block ``job.block``'s labels under probes trained on the blocks before
-    it (early stopping on dev, as every probe)."""
-    assert job.block is not None and labels is not None
+    the kind's fits share, made once for the cell; a sentence task's majority baseline too). An
+    online-code job's is the code length of block ``job.block``'s labels under probes trained on
+    the blocks before it (early stopping on dev, as every probe), and the fit's time."""
     started = time.perf_counter()
-    train = splits["train"]
-    blocks = online_code_blocks(len(train.sentence_lengths), settings)
-    if not blocks[job.block]:  # a share too small to add a sentence: nothing to code
+    train = splits["train"] if job.train is None else splits["train"].subset(job.train)
+    fit_splits = {**splits, "train": train}
+    majority = (
+        majority_baseline(fit_splits, labels.vocabulary)
+        if kind is TaskKind.SENTENCE and labels is not None
+        else {}
+    )
+    if job.block is None:
+        results = train_heads(
+            job.heads,
+            fit_splits,
+            settings,
+            kind=kind.value,
+            metric=task.metric if KINDS[kind].labelled else None,
+            vocabulary=None if labels is None else labels.vocabulary,
+            bits=(task.mdl or task.conditional) and job.fraction == 1.0,
+            shared=shared,
+        )
+        counts = {
+            f"n_{role}_tokens": int(fit_splits[role].features.shape[1]) for role in SPLIT_ROLES
+        }
+        counts["n_train_sentences"] = len(train.sentence_lengths)
+        if labels is not None:
+            counts.update(labels.counts)
+        counts.update(majority)
+        for result in results:
+            log.info(
+                "%s/%s/%s/seed%d%s: dev %.4f, test %.4f (%s, best epoch %d of %d%s)",
+                task.name,
+                result.features,
+                job.encoder,
+                result.seed,
+                "" if job.fraction == 1.0 else f"/fraction_{job.fraction:g}",
+                result.dev,
+                result.test,
+                result.metric,
+                result.best_epoch,
+                result.epochs,
+                ", epoch cap" if result.hit_epoch_cap else "",
+            )
+        return results, counts
+    assert labels is not None
+    if not job.coded:  # a share too small to add a sentence: nothing to code
         return [0.0] * len(job.heads), 0.0
-    before = sorted(i for block in blocks[: job.block] for i in block)
-    fit_splits = {**splits, "train": train.subset(before), "block": train.subset(blocks[job.block])}
+    fit_splits["block"] = splits["train"].subset(job.coded)
     bits = online_code_block(
-        job.heads, fit_splits, settings, metric=metric, vocabulary=labels.vocabulary
+        job.heads, fit_splits, settings, metric=task.metric, vocabulary=labels.vocabulary
     )
     return bits, time.perf_counter() - started
 
@@ -306,64 +256,59 @@ def _wsd_cell(
     modes: Sequence[str],
     data: WsdData,
     settings: ProbeSettings,
-    out: Path,
+    cell_dir: Path,
     start_run: RunStarter,
 ) -> list[dict[str, Any]]:
     """1-NN word senses: every frozen mode scored on each encoder's instance vectors."""
     results = []
-    if FeatureMode.SCALAR_MIX.value in modes:
+    if FeatureMode.SCALAR_MIX in modes:
         for encoder in settings.encoders:
-            metrics = {
-                "task": task.name,
-                "features": FeatureMode.SCALAR_MIX.value,
-                "encoder": encoder,
-                "seed": None,
-                "applicable": False,
-                "reason": "WSD 1-NN trains nothing: there is no scalar mix to learn",
-            }
-            write_json(out / FeatureMode.SCALAR_MIX.value / encoder / METRICS_FILE, metrics)
-            results.append(metrics)
-    frozen = [mode for mode in modes if mode != FeatureMode.SCALAR_MIX.value]
-    if not frozen:
-        return results
-    sources, wordnet = data.sources, data.wordnet
-    train_keys = [i.sense_keys for s in sources["train"].wsd_sentences() for i in s.instances]
-    evaluation = {role: _WsdSplit.of(sources[role].wsd_sentences(), wordnet) for role in EVAL_ROLES}
-    # The first-sense baseline reads no features: one score per split for every mode and encoder.
-    first_sense = {
-        f"{role}_{FIRST_SENSE}": score_senses(
-            first_sense_keys(split.lemma_pos, split.first_sense), split.gold
-        ).f1
-        for role, split in evaluation.items()
-    }
-    for encoder in settings.encoders:
-        layers = data.layers[encoder]
-        for mode in frozen:
-            fields = {"task": task.name, "features": mode, "encoder": encoder, "seed": None}
-            with start_run(fields) as run:
-                metrics, predictions = _wsd_scores(fields, layers, mode, train_keys, evaluation)
-                run.summarize(
-                    {
-                        metric_key("val", WSD_METRIC): metrics["dev"],
-                        metric_key("test", WSD_METRIC): metrics["test"],
-                    }
-                )
-            metrics.update(first_sense)
-            write_json(out / mode / encoder / METRICS_FILE, metrics)
-            if settings.save_predictions:
-                ids = [i.instance_id for i in evaluation["test"].instances]
-                lines = map(wsd_line, ids, predictions)
-                write_lines(out / mode / encoder / PREDICTIONS_FILE, lines)
-            log.info(
-                "%s/%s/%s: dev F1 %.4f, test F1 %.4f (first sense %.4f)",
-                task.name,
-                mode,
-                encoder,
-                metrics["dev"],
-                metrics["test"],
-                first_sense[f"test_{FIRST_SENSE}"],
+            results.append(
+                {
+                    "task": task.name,
+                    "features": FeatureMode.SCALAR_MIX.value,
+                    "encoder": encoder,
+                    "seed": None,
+                    "applicable": False,
+                    "reason": "WSD 1-NN trains nothing: there is no scalar mix to learn",
+                }
             )
-            results.append(metrics)
+    frozen = [mode for mode in modes if mode != FeatureMode.SCALAR_MIX]
+    predictions: dict[tuple[str, str], list[str]] = {}
+    if frozen:
+        sources, wordnet = data.sources, data.wordnet
+        train_keys = [i.sense_keys for s in sources["train"].wsd_sentences() for i in s.instances]
+        evaluation = {
+            role: _WsdSplit.of(sources[role].wsd_sentences(), wordnet) for role in EVAL_ROLES
+        }
+        # The first-sense baseline reads no features: one score per split for every mode and
+        # encoder.
+        first_sense = {
+            f"{role}_{FIRST_SENSE}": score_senses(
+                first_sense_keys(split.lemma_pos, split.first_sense), split.gold
+            ).f1
+            for role, split in evaluation.items()
+        }
+        ids = [i.instance_id for i in evaluation["test"].instances]
+        for encoder in settings.encoders:
+            layers = data.layers[encoder]
+            for mode in frozen:
+                fields = {"task": task.name, "features": mode, "encoder": encoder, "seed": None}
+                metrics, test = _wsd_scores(fields, layers, mode, train_keys, evaluation)
+                metrics.update(first_sense)
+                if settings.save_predictions:
+                    predictions[(mode, encoder)] = list(map(wsd_line, ids, test))
+                log.info(
+                    "%s/%s/%s: dev F1 %.4f, test F1 %.4f (first sense %.4f)",
+                    task.name,
+                    mode,
+                    encoder,
+                    metrics["dev"],
+                    metrics["test"],
+                    first_sense[f"test_{FIRST_SENSE}"],
+                )
+                results.append(metrics)
+    write_wsd_cell(cell_dir, results, predictions, start_run)
     return results
 
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from elmolab.core.fsutil import write_json
+from elmolab.core.fsutil import atomic_dir, write_json, write_lines
 from elmolab.core.hardware import peak_memory
 from elmolab.core.schema import ProbeSettings, TaskConfig
 from elmolab.core.tracking import TrackedRun, metric_key
@@ -26,11 +26,14 @@ from elmolab.io.results import (
     run_folder,
 )
 from elmolab.probing.heads import ProbeResult
-from elmolab.probing.jobs import Job, online_code_blocks
+from elmolab.probing.jobs import Job
 from elmolab.probing.metrics import TaskMetric
 from elmolab.probing.wsd import SensePrediction
 
 log = logging.getLogger("elmolab.probe")
+
+# Starts the tracking run of one probe run: its identifying fields -> a TrackedRun context.
+RunStarter = Callable[[dict[str, Any]], AbstractContextManager[TrackedRun]]
 
 
 # Metrics that are a share of counted items (tokens, heads, edges): metrics.json keeps the
@@ -42,17 +45,122 @@ COUNTED_METRICS = (TaskMetric.ACCURACY.value, *TREE_METRICS.values())
 CodeFit = tuple[list[float], float]
 
 
-def write_online_codes(
+def write_cell(
+    cell_dir: Path,
+    task: TaskConfig,
+    runs: list[tuple[Job, ProbeResult, dict[str, Any]]],
+    codes: list[tuple[Job, CodeFit]],
+    blocks: list[list[int]] | None,
+    splits: dict[str, dict[str, Any]],
+    labels: TaskLabels | None,
+    settings: ProbeSettings,
+    twins: Mapping[str, str],
+    start_run: RunStarter,
+) -> list[dict[str, Any]]:
+    """Every file of a token, pair or tree cell in ``cell_dir`` (all at once, or none), and each
+    run tracked: a run's
+    ``metrics.json`` (and test predictions) per fit result of ``runs`` (a job, one of its results
+    and the counts of its splits), the online code of ``codes`` over ``blocks`` (the online
+    code's blocks of training sentences), and the layer-0 runs of each
+    encoder of ``twins`` copied from its twin's. Returns every run's metrics, as written."""
+    results = [
+        probe_metrics(task.name, job, result, counts, settings.precision)
+        for job, result, counts in runs
+    ]
+    memory = peak_memory()  # kept in each run's results: a layer-0 twin copies them
+    files: dict[Path, Any] = {}  # path -> its JSON content
+    texts: dict[Path, list[str]] = {}  # path -> its lines
+    if codes:
+        assert labels is not None and blocks is not None
+        _online_codes(files, task, codes, blocks, splits, labels, settings, twins)
+    layer0 = FeatureMode.LAYER0.value
+    copies = []
+    for metrics, (_, result, _) in zip(results, runs, strict=True):
+        metrics.update(memory)
+        run_dir = run_folder(metrics["seed"], metrics["train_fraction"])
+        folder = Path(metrics["features"]) / metrics["encoder"] / run_dir
+        files[folder / METRICS_FILE] = metrics
+        if settings.save_predictions:
+            texts[folder / PREDICTIONS_FILE] = [" ".join(s) for s in result.test_predictions]
+        for encoder, source in twins.items():
+            if metrics["encoder"] == source and metrics["features"] == layer0:
+                copy = {**metrics, "encoder": encoder, "same_features_as": source}
+                twin_dir = Path(layer0, encoder) / run_dir
+                files[twin_dir / METRICS_FILE] = copy
+                if folder / PREDICTIONS_FILE in texts:
+                    texts[twin_dir / PREDICTIONS_FILE] = texts[folder / PREDICTIONS_FILE]
+                copies.append(copy)
+    _write_files(cell_dir, files, texts)
+    for metrics, (job, result, _) in zip(results, runs, strict=True):
+        fields = {k: metrics[k] for k in ("task", "features", "encoder", "seed")}
+        with start_run({**fields, "train_fraction": job.fraction}) as run:
+            for record in result.history:
+                run.log(
+                    {
+                        metric_key("train", "loss"): record.train_loss,
+                        metric_key("val", result.metric): record.dev_metric,
+                    },
+                    step=record.epoch,
+                )
+            run.summarize(
+                {
+                    metric_key("val", result.metric): result.dev,
+                    metric_key("test", result.metric): result.test,
+                }
+            )
+            if fields["features"] == FeatureMode.SCALAR_MIX and result.mix_weights is not None:
+                run.log_mix_weights(result.mix_weights, result.gamma)
+    return results + copies
+
+
+def write_wsd_cell(
+    cell_dir: Path,
+    results: list[dict[str, Any]],
+    predictions: dict[tuple[str, str], list[str]],
+    start_run: RunStarter,
+) -> None:
+    """A WSD cell's files in ``cell_dir`` (all at once, or none): each of ``results``'
+    ``metrics.json``, the test predictions of ``predictions`` ((features, encoder) -> one line an
+    instance), and each scored run tracked (a mode that does not apply is not)."""
+    files = {Path(m["features"], m["encoder"], METRICS_FILE): m for m in results}
+    texts = {Path(mode, enc, PREDICTIONS_FILE): p for (mode, enc), p in predictions.items()}
+    _write_files(cell_dir, files, texts)
+    for metrics in results:
+        if metrics.get("applicable", True):
+            fields = {k: metrics[k] for k in ("task", "features", "encoder", "seed")}
+            with start_run(fields) as run:
+                run.summarize(
+                    {
+                        metric_key("val", metrics["metric"]): metrics["dev"],
+                        metric_key("test", metrics["metric"]): metrics["test"],
+                    }
+                )
+
+
+def _write_files(
+    cell_dir: Path, files: Mapping[Path, Any], texts: Mapping[Path, list[str]]
+) -> None:
+    """``files`` (relative path -> JSON content) and ``texts`` (-> lines) in ``cell_dir``, which
+    appears with all of them at once, or not at all."""
+    with atomic_dir(cell_dir) as tmp:
+        for path, content in files.items():
+            write_json(tmp / path, content)
+        for path, lines in texts.items():
+            write_lines(tmp / path, lines)
+
+
+def _online_codes(
+    files: dict[Path, Any],
     task: TaskConfig,
     codes: list[tuple[Job, CodeFit]],
+    blocks: list[list[int]],
     splits: dict[str, dict[str, Any]],
     labels: TaskLabels,
     settings: ProbeSettings,
     twins: Mapping[str, str],
-    out: Path,
 ) -> None:
-    """One ``online_code.json`` per encoder, feature mode and seed (``elmolab.io.results``): the
-    first block under the uniform code, each later one as its job measured it."""
+    """One ``online_code.json`` per encoder, feature mode and seed (``elmolab.io.results``) into
+    ``files``: the first block under the uniform code, each later one as its job measured it."""
     classes = labels.vocabulary.num_train_labels
     fractions = list(settings.online_code_fractions)
     per_run: dict[tuple[str, str, int], dict[int, float]] = {}
@@ -66,7 +174,6 @@ def write_online_codes(
     written = []
     for (encoder, features, seed), blocks_bits in per_run.items():
         train = splits[encoder]["train"]
-        blocks = online_code_blocks(len(train.sentence_lengths), settings)
         block_tokens = [sum(train.sentence_lengths[i] for i in block) for block in blocks]
         block_bits = [block_tokens[0] * math.log2(classes)]
         block_bits += [blocks_bits[i] for i in range(1, len(blocks))]
@@ -86,7 +193,7 @@ def write_online_codes(
             "compression": uniform / online if online > 0 else math.inf,
             "wall_seconds": round(seconds[(encoder, features, seed)], 3),
         }
-        write_json(out / features / encoder / run_folder(seed) / ONLINE_CODE_FILE, code)
+        files[Path(features, encoder) / run_folder(seed) / ONLINE_CODE_FILE] = code
         written.append(code)
         log.info(
             "%s/%s/%s/seed%d: online code %.1f kbits, uniform %.1f kbits, compression %.2f",
@@ -103,55 +210,21 @@ def write_online_codes(
         for code in written:
             if code["encoder"] == source and code["features"] == layer0:
                 copy = {**code, "encoder": encoder, "same_features_as": source}
-                folder = out / layer0 / encoder / run_folder(code["seed"])
-                write_json(folder / ONLINE_CODE_FILE, copy)
-
-
-def write_run(
-    out: Path, metrics: dict[str, Any], result: ProbeResult, settings: ProbeSettings
-) -> None:
-    run_dir = (
-        out
-        / metrics["features"]
-        / metrics["encoder"]
-        / run_folder(metrics["seed"], metrics["train_fraction"])
-    )
-    metrics.update(peak_memory())  # kept in the run's results: a layer-0 twin copies them
-    write_json(run_dir / METRICS_FILE, metrics)
-    if settings.save_predictions:
-        write_lines(run_dir / PREDICTIONS_FILE, map(" ".join, result.test_predictions))
-
-
-def copy_runs(
-    results: list[dict[str, Any]], source: str, encoder: str, out: Path
-) -> list[dict[str, Any]]:
-    """``source``'s layer-0 runs as ``encoder``'s, marked ``same_features_as``, with predictions."""
-    copies = []
-    layer0 = FeatureMode.LAYER0.value
-    for metrics in results:
-        if metrics["encoder"] != source or metrics["features"] != layer0:
-            continue
-        copy = {**metrics, "encoder": encoder, "same_features_as": source}
-        run_dir = run_folder(metrics["seed"], metrics["train_fraction"])
-        write_json(out / layer0 / encoder / run_dir / METRICS_FILE, copy)
-        predictions = out / layer0 / source / run_dir / PREDICTIONS_FILE
-        if predictions.is_file():
-            shutil.copyfile(predictions, out / layer0 / encoder / run_dir / PREDICTIONS_FILE)
-        copies.append(copy)
-    return copies
+                folder = Path(layer0, encoder) / run_folder(code["seed"])
+                files[folder / ONLINE_CODE_FILE] = copy
 
 
 def probe_metrics(
-    fields: dict[str, Any],
-    fraction: float,
-    result: ProbeResult,
-    counts: dict[str, Any],
-    precision: str,
+    task: str, job: Job, result: ProbeResult, counts: dict[str, Any], precision: str
 ) -> dict[str, Any]:
+    """A probe run's ``metrics.json`` content (``elmolab.probing.runner``'s module docstring)."""
     counted = result.metric in COUNTED_METRICS
     return {
-        **fields,
-        "train_fraction": fraction,
+        "task": task,
+        "features": result.features,
+        "encoder": job.encoder,
+        "seed": result.seed,
+        "train_fraction": job.fraction,
         "metric": result.metric,
         "dev": result.dev,
         "test": result.test,
@@ -175,30 +248,5 @@ def probe_metrics(
     }
 
 
-def track_run(run: TrackedRun, metrics: dict[str, Any], result: ProbeResult) -> None:
-    for record in result.history:
-        run.log(
-            {
-                metric_key("train", "loss"): record.train_loss,
-                metric_key("val", result.metric): record.dev_metric,
-            },
-            step=record.epoch,
-        )
-    run.summarize(
-        {
-            metric_key("val", result.metric): result.dev,
-            metric_key("test", result.metric): result.test,
-        }
-    )
-    if metrics["features"] == FeatureMode.SCALAR_MIX.value and result.mix_weights is not None:
-        run.log_mix_weights(result.mix_weights, result.gamma)
-
-
 def wsd_line(instance_id: str, prediction: SensePrediction) -> str:
     return f"{instance_id} {prediction.key or '-'} {prediction.source}"
-
-
-def write_lines(path: Path, lines: Iterable[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as out:
-        out.writelines(line + "\n" for line in lines)

@@ -38,9 +38,8 @@ CHUNK = 16384  # instances mixed at a time, to bound the float32 copies
 PredictionSource = Literal["nearest", "first_sense", "unanswered"]
 
 
-def wsd_vectors(layers: torch.Tensor, mode: FeatureMode | str) -> torch.Tensor:
+def wsd_vectors(layers: torch.Tensor, mode: FeatureMode) -> torch.Tensor:
     """Each instance's fixed feature: ``(num_layers, instances, dim)`` -> ``(instances, D)``."""
-    mode = FeatureMode.parse(mode)
     if mode is FeatureMode.SCALAR_MIX:
         raise ElmolabError("WSD 1-NN trains nothing: the learned scalar_mix does not apply")
     chunks = layers.split(CHUNK, dim=1)  # (num_layers, <= CHUNK, dim) each

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from elmolab.core.config import run_stage, section
+from elmolab.core.config import feature_modes, run_stage, section
 from elmolab.core.errors import ElmolabError
 from elmolab.core.schema import (
     ExtractConfig,
@@ -47,33 +47,6 @@ from elmolab.probing.runner import RunStarter, no_tracking, run_cell
 from elmolab.probing.settings import probe_precision
 
 
-def feature_modes(conf_dir: Path, names: Sequence[str]) -> list[str]:
-    """The feature mode of each ``conf/features/<name>.yaml`` of ``names`` (``grid.features``);
-    an ElmolabError names a missing file and the choices."""
-    modes = []
-    for name in names:
-        path = Path(conf_dir) / "features" / f"{name}.yaml"
-        if not path.is_file():
-            choices = sorted(p.stem for p in path.parent.glob("*.yaml"))
-            raise ElmolabError(f"grid.features: no {path} (choices: {', '.join(choices)})")
-        modes.append(section(OmegaConf.load(path), "", FeaturesConfig, where=str(path)).mode)
-    return modes
-
-
-def grid_task(cfg: DictConfig) -> TaskConfig:
-    """The task ``task`` names, as ``grid.tasks`` holds it."""
-    name = cfg.task
-    tasks = section(cfg, "grid", GridConfig).tasks
-    if name not in tasks:
-        raise ElmolabError(f"task {name!r} is not one of grid.tasks ({', '.join(tasks)})")
-    if tasks[name].name != name:
-        raise ElmolabError(
-            f"grid.tasks.{name}.name is {tasks[name].name!r}: a cell's results folder is its"
-            " task's name, so the two must be the same"
-        )
-    return tasks[name]
-
-
 def resolve_cell(
     task: TaskConfig, modes: Sequence[str], seeds: Sequence[int], settings: ProbeSettings
 ) -> tuple[TaskConfig, list[str], ProbeSettings]:
@@ -85,7 +58,7 @@ def resolve_cell(
         task = dataclasses.replace(task, unseen=settings.unseen)
     check_task(task)
     settings.check()
-    modes = [FeatureMode.parse(mode).value for mode in modes]
+    modes = [FeatureMode.parse(mode) for mode in modes]
     if not modes:
         raise ElmolabError("no feature modes to run (grid.features is empty)")
     if not seeds:
@@ -117,12 +90,10 @@ def probe_cell(
     return run_cell(task, modes, data, settings, seeds, cell_dir, start_run)
 
 
-def run_modes(cfg: DictConfig, out_dir: Path, modes: Sequence[str], seeds: Sequence[int]) -> dict:
-    """The task ``task`` with feature ``modes`` and ``seeds`` on every encoder -> ``out_dir``."""
-    task = grid_task(cfg)
-    settings = section(cfg, "probe", ProbeSettings)
-    extract = section(cfg, "extract", ExtractConfig)
-    catalog = data_catalog(extract)
+def run_modes(cfg: DictConfig, out_dir: Path, conf_dir: Path | None) -> dict:
+    """The cell of ``task`` on every encoder -> ``out_dir``: with ``conf_dir`` (under DVC) every
+    feature mode of the grid (``conf/features/<name>.yaml``) and every seed, else the composed
+    ``features`` and ``seed``. Reads every section it needs here, once."""
 
     def start_run(fields: dict[str, Any]):
         seed = "" if fields["seed"] is None else f"/seed{fields['seed']}"
@@ -131,6 +102,15 @@ def run_modes(cfg: DictConfig, out_dir: Path, modes: Sequence[str], seeds: Seque
         name = f"probe@{task.name}/{fields['features']}/{fields['encoder']}{seed}{curve}"
         return init_run(cfg, job_type="probe", name=name, tags=run_tags(**fields), config=fields)
 
+    grid = section(cfg, "grid", GridConfig)
+    settings = section(cfg, "probe", ProbeSettings)
+    extract = section(cfg, "extract", ExtractConfig)
+    if conf_dir is None:
+        modes, seeds = [section(cfg, "features", FeaturesConfig).mode], [cfg.seed]
+    else:
+        modes, seeds = feature_modes(conf_dir, grid.features), grid.seeds
+    task = grid.task(cfg.task)
+    catalog = data_catalog(extract)
     cell_dir = out_dir / task.name
     results = probe_cell(task, modes, seeds, catalog, settings, cell_dir, start_run)
     return {"cell": str(cell_dir), "runs": len(results)}
@@ -139,13 +119,12 @@ def run_modes(cfg: DictConfig, out_dir: Path, modes: Sequence[str], seeds: Seque
 def run_grid(cfg: DictConfig, out_dir: Path, conf_dir: Path) -> dict:
     """Under DVC: the cell of ``task`` (``task=<name>``), every feature mode of the grid
     (``conf/features/<name>.yaml``), every seed."""
-    grid = section(cfg, "grid", GridConfig)
-    return run_modes(cfg, out_dir, feature_modes(conf_dir, grid.features), grid.seeds)
+    return run_modes(cfg, out_dir, conf_dir)
 
 
 def run_one(cfg: DictConfig, out_dir: Path) -> dict:
     """Ad hoc or one job of a sweep: the composed ``task``, ``features`` and ``seed``."""
-    return run_modes(cfg, out_dir, [section(cfg, "features", FeaturesConfig).mode], [cfg.seed])
+    return run_modes(cfg, out_dir, None)
 
 
 def main(conf_dir: Path, argv: list[str] | None = None) -> None:
