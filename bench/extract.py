@@ -1,6 +1,6 @@
 """The extract stage's batch size: one split extracted at several ``extract.batch_size`` values.
 
-Runs ``elmolab.stages.extract.extract_split`` (what the stage runs: the biLM stateless over the
+Runs ``elmolab.extraction.features.extract_split`` (what the stage runs: the biLM stateless over the
 length-sorted sentences, float16 feature files written) on one split of a probing dataset with
 each batch size, interleaved over ``--rounds`` rounds (each size's best time counts), on
 ``--threads`` threads with idle OpenMP threads spinning, as in the stage
@@ -35,10 +35,10 @@ from elmolab.core.hardware import cpu_model  # noqa: E402
 from elmolab.core.params import compose_params  # noqa: E402
 from elmolab.core.schema import ExtractConfig, ModelConfig  # noqa: E402
 from elmolab.data.catalogue import data_catalog  # noqa: E402
+from elmolab.extraction.features import extract_split  # noqa: E402
 from elmolab.io.features import read_features  # noqa: E402
 from elmolab.models.bilm import BiLM, BiLMOptions  # noqa: E402
 from elmolab.models.encoder_files import load_encoder  # noqa: E402
-from elmolab.stages.extract import extract_split  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

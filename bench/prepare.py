@@ -26,7 +26,7 @@ _CHILD = textwrap.dedent(
     from omegaconf import OmegaConf
     from elmolab.core.config import section
     from elmolab.core.params import compose_params
-    from elmolab.stages.prepare import CorpusConfig, prepare_corpus
+    from elmolab.text.prepare import CorpusConfig, prepare_corpus
 
     copies, out = int(sys.argv[1]), Path(sys.argv[2])
     cfg = OmegaConf.create(yaml.safe_load(compose_params(Path("conf"))))

@@ -23,6 +23,7 @@ LAYERS = (
     (
         "elmolab.training",
         "elmolab.embed",
+        "elmolab.extraction",
         "elmolab.elmo",
         "elmolab.polysemy",
         "elmolab.probing",

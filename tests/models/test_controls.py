@@ -9,8 +9,7 @@ from fixtures.workspace import FIXTURE_OPTIONS
 from elmolab.core.errors import ElmolabError
 from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.models.bilm_tf import load_bilm, load_bilm_from_checkpoint, save_bilm_checkpoint
-from elmolab.models.controls import token_layer_digest
-from elmolab.stages.token_control import token_layer_control
+from elmolab.models.controls import token_layer_control, token_layer_digest
 
 
 def _trained(folder: Path) -> BiLM:

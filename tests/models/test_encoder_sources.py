@@ -28,10 +28,10 @@ from elmolab.core.errors import ElmolabError
 from elmolab.core.schema import ExtractConfig, GridConfig, ProbeSettings
 from elmolab.data.catalogue import data_catalog, read_split_features
 from elmolab.embed import embed_sentences
+from elmolab.extraction.features import extract
 from elmolab.io.features import summary_path
 from elmolab.models.bilm import BiLM
 from elmolab.models.encoder_files import encoder_files, load_encoder
-from elmolab.stages.extract import extract
 from elmolab.stages.probe import probe_cell
 
 OPTIONS, WEIGHTS = "elmo_test_options.json", "elmo_test_weights.hdf5"  # published-style names

@@ -33,7 +33,7 @@ from elmolab.report.collect import (
 )
 from elmolab.report.format import fraction_text, mean_std, metric_label
 from elmolab.report.layout import Table
-from elmolab.taskmodel.stage import summarize
+from elmolab.taskmodel.runs import summarize
 
 ENCODERS = ("trained", "random", "token_only")
 N_SENTENCES = 60

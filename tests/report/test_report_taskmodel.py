@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from fixtures.report.fake_artifacts import build_report, write, write_fake_artifacts
 
-from elmolab.taskmodel.stage import markdown_table, summarize
+from elmolab.taskmodel.runs import markdown_table, summarize
 
 INPUTS = ["baseline", "elmo_trained", "elmo_random", "finetune_trained"]
 TEST_F1 = {  # input -> test F1 of seeds 1, 2, 3

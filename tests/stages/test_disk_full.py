@@ -43,7 +43,8 @@ PROBE = [str(ROOT / "pipelines" / "probe.py"), "--params", "{params}", "task=chu
 # The extract stage with its free-space check turned off, to reach a write that fails midway
 # (as when another process fills the disk during the stage).
 UNCHECKED = (
-    "import runpy, sys; import elmolab.stages.extract as e; e._check_free_space = lambda *a: None; "
+    "import runpy, sys; import elmolab.extraction.features as e; "
+    "e._check_free_space = lambda *a: None; "
     f"sys.path.insert(0, {str(ROOT / 'pipelines')!r}); sys.argv = sys.argv[1:]; "
     "runpy.run_path(sys.argv[0], run_name='__main__')"
 )

@@ -25,9 +25,9 @@ from elmolab.data.catalogue import (
 )
 from elmolab.data.conll import LOOSE_BEGINS
 from elmolab.embed import embed_sentences
+from elmolab.extraction.features import extract, extract_split
 from elmolab.io.features import DATASET_DIGEST, feature_path, read_features, units_path
 from elmolab.models.encoder_files import load_encoder
-from elmolab.stages.extract import extract, extract_split
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +190,7 @@ def test_a_failure_leaves_no_partial_output(
             raise RuntimeError("killed")
         return extract_split(*args)
 
-    monkeypatch.setattr("elmolab.stages.extract.extract_split", fail_on_third_split)
+    monkeypatch.setattr("elmolab.extraction.features.extract_split", fail_on_third_split)
     with pytest.raises(RuntimeError, match="killed"):
         extract(_config(workspace), out)
     # neither the two finished splits nor their dataset's folder: a dataset appears complete

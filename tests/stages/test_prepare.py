@@ -8,8 +8,8 @@ import pytest
 
 from elmolab.core.errors import ElmolabError
 from elmolab.core.schema import CorpusConfig, SourceConfig
-from elmolab.stages.prepare import assign_splits, prepare_corpus
 from elmolab.text.corpus import open_source
+from elmolab.text.prepare import assign_splits, prepare_corpus
 
 
 def _masc_zip(path: Path, docs: dict[str, str]) -> Path:

@@ -23,7 +23,7 @@ from elmolab.elmo import batch_to_ids
 from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.taskmodel.data import PadBatch, TaggingSplit, WordVocabulary
 from elmolab.taskmodel.model import BiLstmCrfTagger, FineTunedLayers, TaggerShape
-from elmolab.taskmodel.stage import (
+from elmolab.taskmodel.runs import (
     TaskData,
     error_reduction,
     fine_tuned_encoder,

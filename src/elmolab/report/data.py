@@ -55,7 +55,7 @@ class ReportData:
     # per task and encoder.
     families: dict[str, str] = field(default_factory=dict)
     layer_gaps: list[LayerGap] = field(default_factory=list)
-    # The task model stage's summary (elmolab.taskmodel.stage.summarize), None if it has not run.
+    # The task model stage's summary (elmolab.taskmodel.runs.summarize), None if it has not run.
     taskmodel: dict | None = None
     # The ELMo paper's layer 1 and layer 2 per task, beside the layer panel (report.paper_layers).
     paper_layers: dict[str, PaperLayersConfig] = field(default_factory=dict)

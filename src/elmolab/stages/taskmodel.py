@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from elmolab.core.config import run_stage, section
 from elmolab.core.schema import ExtractConfig, GridConfig, TaskModelConfig
 from elmolab.data.catalogue import data_catalog
-from elmolab.taskmodel.stage import run_taskmodel, tagging_task
+from elmolab.taskmodel.runs import run_taskmodel, tagging_task
 
 
 def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
