@@ -48,11 +48,11 @@ from collections.abc import Sequence
 import torch
 
 from elmolab.core.schema import ProbeSettings, TaskKind
+from elmolab.data.labels import LabelVocabulary, TaskMetric
 from elmolab.probing.datasets import FeatureDataset, TreeDataset
 from elmolab.probing.heads import EpochRecord, FitTrace, HeadProbes, ParamGroup, ProbeResult
 from elmolab.probing.kinds import KINDS, ProbeTask, probe_kind
 from elmolab.probing.kinds.token import TokenProbes
-from elmolab.probing.metrics import LabelVocabulary, TaskMetric
 from elmolab.probing.probes import Head, Stopping
 from elmolab.probing.settings import Schedule
 

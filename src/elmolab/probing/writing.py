@@ -16,7 +16,7 @@ from elmolab.core.fsutil import atomic_dir, write_json, write_lines
 from elmolab.core.hardware import peak_memory
 from elmolab.core.schema import ProbeSettings, TaskConfig
 from elmolab.core.tracking import TrackedRun, metric_key
-from elmolab.data.labels import TaskLabels
+from elmolab.data.labels import TaskLabels, TaskMetric
 from elmolab.data.tasks import TREE_METRICS
 from elmolab.io.results import (
     METRICS_FILE,
@@ -27,7 +27,6 @@ from elmolab.io.results import (
 )
 from elmolab.probing.heads import ProbeResult
 from elmolab.probing.jobs import Job
-from elmolab.probing.metrics import TaskMetric
 from elmolab.probing.wsd import SensePrediction
 
 log = logging.getLogger("elmolab.probe")

@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 
 from elmolab.core.schema import ProbeSettings, TaskKind
+from elmolab.data.labels import LabelVocabulary, TaskMetric
 from elmolab.probing.kinds import arc, pair, structural, token
 from elmolab.probing.kinds.kind import ProbeKind, ProbeTask, Splits
-from elmolab.probing.metrics import LabelVocabulary, TaskMetric
 from elmolab.probing.probes import Head, LayerInput, Probe, ProbeData
 
 KINDS: dict[TaskKind, ProbeKind] = {

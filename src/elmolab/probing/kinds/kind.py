@@ -9,8 +9,8 @@ from typing import Any
 import torch
 
 from elmolab.core.schema import ProbeSettings, TaskKind
+from elmolab.data.labels import LabelVocabulary, TaskMetric
 from elmolab.probing.heads import HeadProbes
-from elmolab.probing.metrics import LabelVocabulary, TaskMetric
 from elmolab.probing.probes import LayerInput, Probe, ProbeData
 from elmolab.probing.settings import Schedule
 

@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from elmolab.core.schema import EVAL_ROLES, ProbeSettings, TaskKind
+from elmolab.data.labels import LabelVocabulary, TaskMetric
 from elmolab.models.scalar_mix import normalize_layers
 from elmolab.probing.datasets import FeatureDataset
 from elmolab.probing.heads import (
@@ -38,7 +39,7 @@ from elmolab.probing.heads import (
     scatter_heads,
 )
 from elmolab.probing.kinds.kind import ProbeKind, ProbeTask
-from elmolab.probing.metrics import LabelVocabulary, TaskMetric, task_score
+from elmolab.probing.metrics import task_score
 from elmolab.probing.probes import (
     EVAL_TOKENS,
     Classifier,
