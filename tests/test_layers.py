@@ -61,7 +61,12 @@ PROBING_LAYERS = (
 SECTIONS = SRC / "elmolab" / "report" / "sections"
 REPORT_LAYERS = (
     # reading the inputs, and the statistics over them
-    ("elmolab.report.collect", "elmolab.report.stats", "elmolab.report.information"),
+    (
+        "elmolab.report.collect",
+        "elmolab.report.stats",
+        "elmolab.report.significance",
+        "elmolab.report.information",
+    ),
     ("elmolab.report.data",),  # the data model
     ("elmolab.report.format", "elmolab.report.layout"),  # numbers as text, the table model
     # one module per section: its rows, its table, its block of summary.json
