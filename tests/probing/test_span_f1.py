@@ -4,13 +4,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from seqeval.metrics.sequence_labeling import get_entities
 
 from elmolab.data.conll import TagScheme, read_columns, read_conll2000, read_wnut17
 from elmolab.data.labels import LabelVocabulary
 from elmolab.probing.metrics import (
     accuracy,
     conlleval_codes,
+    sentence_span_counts,
     span_f1,
+    span_f1_of_counts,
     task_score,
     untyped_span_f1,
 )
@@ -185,6 +188,56 @@ def test_span_f1_of_ids_equals_seqeval_on_random_tags(seed: int, untyped: bool) 
     expected = _seqeval_on_ids(vocabulary, gold, predicted, lengths, untyped)
     score = task_score("span_f1", predicted, gold, lengths, vocabulary, untyped=untyped)
     assert score == expected
+    if not untyped:
+        counts = sentence_span_counts(predicted, gold, lengths, vocabulary)
+        assert counts == _seqeval_counts(vocabulary, gold, predicted, lengths)
+        assert span_f1_of_counts(*(sum(counts[k]) for k in ("tp", "pred", "gold"))) == score
+
+
+def _seqeval_counts(vocabulary, gold, predicted, lengths) -> dict[str, list[int]]:
+    """Per sentence, the right, predicted and gold chunks as seqeval's default mode finds them."""
+    counts = {"tp": [], "pred": [], "gold": []}
+    for gold_tags, predicted_tags in zip(
+        vocabulary.decode_sentences(gold, lengths),
+        vocabulary.decode_sentences(predicted, lengths),
+        strict=True,
+    ):
+        true, found = set(get_entities(gold_tags)), set(get_entities(predicted_tags))
+        for key, chunks in (("tp", found & true), ("pred", found), ("gold", true)):
+            counts[key].append(len(chunks))
+    return counts
+
+
+# Typed chunks per sentence, by hand (conlleval's count):
+#   s1 gold PER[0,2) LOC[3];  predicted PER[0,2) right, ORG[3] wrong type   tp 1, pred 2, gold 2
+#   s2 gold ORG[1];  predicted MISC[0], and I-ORG after MISC opens ORG[1]   tp 1, pred 2, gold 1
+#   s3 gold LOC[0] PER[1];  predicted nothing                              tp 0, pred 0, gold 2
+# Sums tp 2, pred 4, gold 5: P = 2/4, R = 2/5, F1 = 2 (1/2)(2/5) / (1/2 + 2/5) = (2/5) / (9/10)
+# = 4/9, which is 2 tp / (pred + gold) = 4/9.
+SPAN_GOLD = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "B-ORG"], ["B-LOC", "B-PER"]]
+SPAN_PREDICTED = [["B-PER", "I-PER", "O", "B-ORG"], ["B-MISC", "I-ORG"], ["O", "O"]]
+
+
+@pytest.mark.parametrize("odd_label", [[], ["E-PER"]], ids=["on-ids", "through-seqeval"])
+def test_sentence_span_counts_hand_computed(odd_label: list[str]) -> None:
+    labels = ["O"] + [f"{p}-{k}" for k in ("PER", "LOC", "ORG", "MISC") for p in "BI"]
+    vocabulary = LabelVocabulary(labels + odd_label)  # an E- label: seqeval counts the chunks
+    assert (conlleval_codes(vocabulary.labels) is None) == bool(odd_label)
+    lengths = [len(s) for s in SPAN_GOLD]
+    gold, predicted = (
+        torch.tensor([i for s in vocabulary.encode(side) for i in s])
+        for side in (SPAN_GOLD, SPAN_PREDICTED)
+    )
+    counts = sentence_span_counts(predicted, gold, lengths, vocabulary)
+    assert counts == {"tp": [1, 1, 0], "pred": [2, 2, 0], "gold": [2, 1, 2]}
+    score = task_score("span_f1", predicted, gold, lengths, vocabulary)
+    assert span_f1_of_counts(2, 4, 5) == score == pytest.approx(4 / 9)
+    # 2 tp / (pred + gold) is the same number but not the same float: 0.4444444444444444, where
+    # seqeval's order of operations (span_f1_of_counts) gives 0.4444444444444445
+    assert score == pytest.approx(2 * 2 / (4 + 5)) and score != 2 * 2 / (4 + 5)
+    # a resample of sentences (s2 twice, s3): tp 2, pred 4, gold 4, F1 1/2
+    assert span_f1_of_counts(1 + 1 + 0, 2 + 2 + 0, 1 + 1 + 2) == 0.5
+    assert span_f1_of_counts(0, 0, 2) == span_f1_of_counts(0, 0, 0) == 0.0
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from elmolab.data.wsd import LEXICOGRAPHER_FILES
 from elmolab.io.results import FeatureMode, without_timings
 from elmolab.probing.cell_data import load_cell
 from elmolab.probing.jobs import job_arithmetic, plan_jobs, training_subset
+from elmolab.probing.metrics import span_f1_of_counts
 from elmolab.report.collect import read_probe_runs
 from elmolab.stages.probe import probe_cell
 
@@ -147,6 +148,19 @@ def test_each_kind_of_task_writes_the_runs_the_report_reads(params: Path) -> Non
         assert control == {**trained, "encoder": "token_only", "same_features_as": "trained"}
     random = json.loads((probes / "ner/layer0/random/seed1/metrics.json").read_text())
     assert "same_features_as" not in random
+    # Span F1's chunk counts per test sentence give back each run's test F1, the same float
+    # (and 2 tp / (pred + gold), the same number): any resample of sentences can be scored.
+    spans_runs = sorted(probes.glob("ner/layer0/*/seed*/**/metrics.json"))
+    assert len(spans_runs) >= 3 * 2  # encoders x seeds, and their learning-curve runs
+    for path in spans_runs:
+        record = json.loads(path.read_text())
+        spans = record["per_sentence_test_spans"]
+        sentences = (path.parent / "test_predictions.txt").read_text().splitlines()
+        assert [len(spans[k]) for k in ("tp", "pred", "gold")] == [len(sentences)] * 3, path
+        tp, pred, gold = (sum(spans[k]) for k in ("tp", "pred", "gold"))
+        assert span_f1_of_counts(tp, pred, gold) == record["test"], path
+        assert 2 * tp / (pred + gold) == pytest.approx(record["test"], rel=1e-12), path
+    assert "per_sentence_test_spans" not in upos
 
     assert upos.keys() >= RUN_KEYS
     assert (upos["task"], upos["features"], upos["encoder"], upos["seed"]) == (

@@ -19,7 +19,10 @@ agree with its path, and ``train_fraction``), ``metric, dev, test`` (``applicabl
 scores where a mode does not apply), the training record (``best_epoch, epochs, hit_epoch_cap,
 history, wall_seconds``), the mix (``mix_weights, gamma``), the split sizes (``n_train_tokens``,
 ..., ``n_train_sentences``), further scores as ``dev_<name>``/``test_<name>`` and, for counted
-metrics, ``per_sentence_test`` ``{correct, total}`` (the report's paired bootstrap).
+metrics, ``per_sentence_test`` ``{correct, total}`` (the report's paired bootstrap); for span F1,
+``per_sentence_test_spans`` ``{tp, pred, gold}``: each test sentence's right, predicted and gold
+typed chunks, whose sums over any resample of sentences give its F1
+(``elmolab.probing.metrics.span_f1_of_counts``; on all of them, ``test`` itself, the same float).
 
 WSD 1-NN adds WordNet's first-sense baseline on the same instances (``dev_first_sense``,
 ``test_first_sense``: F1, the same in each of its files) and counts, as ``per_sentence_test``,

@@ -20,7 +20,8 @@ feature mode and seed of it together (:mod:`elmolab.probing.engine`). Results, u
 best_epoch, epochs, hit_epoch_cap, mix_weights, gamma, wall_seconds, precision, n_train_tokens,
 n_dev_tokens, n_test_tokens, n_train_sentences, per_sentence_test`` (per-sentence correct/total
 test counts for counted metrics, else null), the epoch ``history`` and the kind's further scores
-(``dev_dspr``/``test_dspr``, ``dev_untyped_f1``/``test_untyped_f1``; a task measuring information,
+(``dev_dspr``/``test_dspr``, ``dev_untyped_f1``/``test_untyped_f1`` and span F1's typed chunk
+counts per test sentence, ``per_sentence_test_spans``; a task measuring information,
 ``mdl`` or ``conditional``, adds ``dev_bits``/``test_bits`` and ``per_sentence_test_bits``; a
 sentence task adds ``majority_label``, the most frequent train label, and
 ``dev_majority_baseline``/``test_majority_baseline``, its accuracy on dev and test (the score of a

@@ -39,7 +39,7 @@ from elmolab.probing.heads import (
     scatter_heads,
 )
 from elmolab.probing.kinds.kind import ProbeKind, ProbeTask
-from elmolab.probing.metrics import task_score
+from elmolab.probing.metrics import sentence_span_counts, task_score
 from elmolab.probing.probes import (
     EVAL_TOKENS,
     Classifier,
@@ -379,14 +379,17 @@ class TokenProbes(HeadProbes):
         results = []
         for h in range(len(self.heads)):
             extra: dict[str, Any] = {}
+            predicted = test.predicted[h]
             if self.metric is TaskMetric.SPAN_F1:
                 extra = {
                     f"{role}_untyped_f1": self._untyped(evaluation.predicted[h], self.splits[role])
                     for role, evaluation in (("dev", dev), ("test", test))
                 }
+                extra["per_sentence_test_spans"] = sentence_span_counts(
+                    predicted, split.labels, split.sentence_lengths, self.vocabulary
+                )
             if self.bits:
                 extra.update(_bits(dev, test, h, split.sentence_lengths))
-            predicted = test.predicted[h]
             results.append(
                 probe_result(
                     self,
