@@ -7,7 +7,11 @@ not be computed) and ``words``, one row per word: ``word``, ``static`` (``[vocab
 cosine]`` pairs, the nearest out of context), ``semcor_occurrences`` (how many were searched),
 ``notes``, and ``examples``: each an ``example`` sentence (``tokens``, ``position`` of the word)
 with its ``neighbours``, the nearest SemCor occurrences (``tokens``, ``position``, the gold
-``sense_key``, ``cosine``).
+``sense_key``, ``cosine``). ``sense_agreement`` (null without SemCor; absent in files older
+than it): the leave-one-out nearest-neighbour sense agreement of every scored SemCor occurrence
+(see :mod:`elmolab.polysemy.neighbours`), its ``contextual_layers``, ``occurrences`` (``word``,
+``sense_key``, ``contextual`` and ``token_layer``, each a share in [0, 1]) and ``words``, each
+word's ``occurrences`` scored and the means of the two shares.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from elmolab.core.errors import ElmolabError
 from elmolab.core.fsutil import atomic_path
@@ -75,13 +81,60 @@ def lexname(sense_key: str) -> str:
 
 
 @dataclass(frozen=True)
+class SenseAgreement:
+    """Leave-one-out nearest-neighbour sense agreement, one entry per scored SemCor occurrence:
+    the share of its nearest other occurrences of the same word that have its gold sense, with
+    the contextual vector (the mean of ``contextual_layers``) and with the token layer's
+    (layer 0). Entries are grouped by word, in the order of the configured words."""
+
+    words: tuple[str, ...]  # (occurrences,)
+    sense_keys: tuple[str, ...]  # (occurrences,)
+    contextual: np.ndarray  # (occurrences,) float64 in [0, 1]
+    token_layer: np.ndarray  # (occurrences,) float64 in [0, 1]
+    contextual_layers: list[int]
+
+    def __post_init__(self) -> None:
+        lengths = {len(self.words), len(self.sense_keys), len(self.contextual)}
+        if lengths != {len(self.token_layer)}:
+            raise ValueError(
+                f"sense_agreement: {len(self.words)} words, {len(self.sense_keys)} sense keys, "
+                f"{len(self.contextual)} contextual and {len(self.token_layer)} token-layer "
+                "shares: one of each per occurrence"
+            )
+        for name in ("contextual", "token_layer"):
+            shares = getattr(self, name)
+            outside = np.flatnonzero(~((shares >= 0) & (shares <= 1)))  # NaN too
+            if len(outside):
+                i = int(outside[0])
+                raise ValueError(
+                    f"sense_agreement: occurrence {i} ({self.words[i]!r}) has a {name} share "
+                    f"{shares[i]}, not in [0, 1]"
+                )
+
+    def word_means(self) -> dict[str, tuple[int, float, float]]:
+        """Per word, in order: (occurrences scored, mean contextual share, mean token-layer
+        share)."""
+        words = np.array(self.words)
+        return {
+            word: (
+                int((words == word).sum()),
+                float(self.contextual[words == word].mean()),
+                float(self.token_layer[words == word].mean()),
+            )
+            for word in dict.fromkeys(self.words)
+        }
+
+
+@dataclass(frozen=True)
 class PolysemyTable:
-    """The polysemy stage's result: a row per word, the layers of its contextual vectors, and
-    what could not be computed (no SemCor: no contexts)."""
+    """The polysemy stage's result: a row per word, the layers of its contextual vectors, what
+    could not be computed (no SemCor: no contexts), and the sense agreement (None without
+    SemCor, or read from a file older than it)."""
 
     contextual_layers: list[int]
     words: list[WordNeighbours]
     notes: list[str] = field(default_factory=list)
+    agreement: SenseAgreement | None = None
 
 
 def write_table(result: PolysemyTable, path: Path) -> None:
@@ -112,6 +165,7 @@ def write_table(result: PolysemyTable, path: Path) -> None:
             }
             for w in result.words
         ],
+        "sense_agreement": None if result.agreement is None else _agreement_json(result.agreement),
     }
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -140,11 +194,83 @@ def read_table(path: Path) -> PolysemyTable:
             )
             for w in data["words"]
         ]
+        agreement = data.get("sense_agreement")
         return PolysemyTable(
-            [int(j) for j in data["contextual_layers"]], words, list(data["notes"])
+            [int(j) for j in data["contextual_layers"]],
+            words,
+            list(data["notes"]),
+            None if agreement is None else _agreement(agreement),
         )
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ElmolabError(f"not a polysemy table: {err}", path) from err
+
+
+def _agreement_json(agreement: SenseAgreement) -> dict[str, Any]:
+    return {
+        "contextual_layers": agreement.contextual_layers,
+        "occurrences": [
+            {"word": word, "sense_key": key, "contextual": contextual, "token_layer": token}
+            for word, key, contextual, token in zip(
+                agreement.words,
+                agreement.sense_keys,
+                agreement.contextual.tolist(),
+                agreement.token_layer.tolist(),
+                strict=True,
+            )
+        ],
+        "words": [
+            {"word": word, "occurrences": n, "contextual": contextual, "token_layer": token}
+            for word, (n, contextual, token) in agreement.word_means().items()
+        ],
+    }
+
+
+def _agreement(data: dict[str, Any]) -> SenseAgreement:
+    """The ``sense_agreement`` block; ValueError where its shares are not numbers in [0, 1] or
+    its per-word means are not those of its occurrences."""
+    where = "sense_agreement.occurrences"
+    occurrences = list(enumerate(data["occurrences"]))
+    agreement = SenseAgreement(
+        tuple(_string(o["word"], f"{where}[{i}].word") for i, o in occurrences),
+        tuple(_string(o["sense_key"], f"{where}[{i}].sense_key") for i, o in occurrences),
+        np.array([_number(o["contextual"], f"{where}[{i}].contextual") for i, o in occurrences]),
+        np.array([_number(o["token_layer"], f"{where}[{i}].token_layer") for i, o in occurrences]),
+        [int(j) for j in data["contextual_layers"]],
+    )
+    stated = [
+        (
+            _string(w["word"], f"sense_agreement.words[{i}].word"),
+            w["occurrences"],
+            _number(w["contextual"], f"sense_agreement.words[{i}].contextual"),
+            _number(w["token_layer"], f"sense_agreement.words[{i}].token_layer"),
+        )
+        for i, w in enumerate(data["words"])
+    ]
+    computed = [(word, *values) for word, values in agreement.word_means().items()]
+    if [row[0] for row in stated] != [row[0] for row in computed]:
+        raise ValueError(
+            f"sense_agreement.words: {[row[0] for row in stated]} are not the words of its "
+            f"occurrences, {[row[0] for row in computed]}"
+        )
+    for (word, n, *means), (_, count, *expected) in zip(stated, computed, strict=True):
+        if n != count or not np.allclose(means, expected, rtol=0, atol=1e-9):
+            raise ValueError(
+                f"sense_agreement.words: {word!r} says {n} occurrences with means {means}, "
+                f"its occurrences are {count} with means {expected}"
+            )
+    return agreement
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{where}: {value!r} is not a string")
+    return value
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{where}: {value!r} is not a number")
+    return float(value)
 
 
 def _target_json(target: Target) -> dict[str, Any]:

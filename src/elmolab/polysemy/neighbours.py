@@ -13,6 +13,14 @@ For each configured word:
 The search covers the first ``semcor_max_sentences`` SemCor sentences that contain the lemma.
 Examples mark the target token in brackets: ``"The children [play] football ."``.
 
+- sense agreement: how well a vector separates the word's senses, one number per SemCor
+  occurrence i of the word (words with a single occurrence have none): the share of i's nearest
+  neighbours by cosine among the *other* occurrences of the word (all those within
+  ``TIE_TOLERANCE`` of the highest cosine) whose gold sense key is i's, with the contextual
+  vector and with the token layer's (layer 0). Layer 0 is context-free: occurrences spelled
+  alike have the same vector and tie, so its share is the chance that an occurrence spelled like
+  i has i's sense, the baseline the contextual vectors are measured against.
+
 The polysemy stage (:mod:`elmolab.stages.polysemy`) computes the table with :func:`table` and
 writes it with :func:`elmolab.io.polysemy.write_table` (``neighbours.json``); the report reads it
 with :func:`elmolab.io.polysemy.read_table`, which imports no model.
@@ -22,9 +30,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.nn import functional as F
 
@@ -35,6 +45,7 @@ from elmolab.embed import embed_sentences
 from elmolab.io.polysemy import (
     ExampleNeighbours,
     PolysemyTable,
+    SenseAgreement,
     SenseNeighbour,
     Target,
     WordNeighbours,
@@ -49,6 +60,9 @@ log = logging.getLogger(__name__)
 
 MAX_SENTENCE_TOKENS = 60  # longer SemCor sentences cost the most biLM time and read worst
 LAYER0_BATCH = 512  # words per char CNN call
+# Neighbours this close to the highest cosine tie with it: identical vectors have cosines equal
+# only up to float rounding.
+TIE_TOLERANCE = 1e-6
 
 
 def parse_example(text: str, key: str = "example") -> Target:
@@ -66,9 +80,9 @@ def nearest_neighbours(
     vocabulary: Sequence[str],
     semcor: Sequence[WsdSentence] | None,
     config: PolysemyConfig,
-) -> list[WordNeighbours]:
-    """The table for every configured word (see the module docstring); ``semcor`` None skips
-    the contextual part."""
+) -> tuple[list[WordNeighbours], SenseAgreement | None]:
+    """The table's rows for every configured word and their sense agreement (see the module
+    docstring); ``semcor`` None skips the contextual part and the agreement."""
     n_layers = model.options.lstm.n_layers + 1
     if not config.contextual_layers or not all(0 <= j < n_layers for j in config.contextual_layers):
         raise ElmolabError(
@@ -85,10 +99,41 @@ def nearest_neighbours(
     words = [w for w in vocabulary if w not in SPECIAL_TOKENS][: config.vocab_top_n]
     with _one_thread():
         static = _layer0(model, words)  # (words, proj)
-        return [
+        rows = [
             _word_neighbours(model, entry.word, examples, words, static, semcor, config)
             for entry, examples in zip(config.words, parsed, strict=True)
         ]
+    if semcor is None:
+        return [row for row, _ in rows], None
+    scored = [(row.word, *scores) for row, word_scores in rows for scores in word_scores]
+    scored_words, keys, contextual, token_layer = zip(*scored, strict=True) if scored else [()] * 4
+    agreement = SenseAgreement(
+        scored_words,
+        keys,
+        np.array(contextual, dtype=np.float64),
+        np.array(token_layer, dtype=np.float64),
+        list(config.contextual_layers),
+    )
+    return [row for row, _ in rows], agreement
+
+
+def sense_agreement(vectors: torch.Tensor, sense_keys: Sequence[str]) -> torch.Tensor:
+    """Leave-one-out nearest-neighbour sense agreement of ``vectors`` (occurrences, D), one
+    occurrence of a word each, with gold ``sense_keys``: per occurrence i, the share of its
+    nearest other occurrences by cosine (all within ``TIE_TOLERANCE`` of the highest) whose sense
+    key is i's; (occurrences,) float64, empty for fewer than two occurrences."""
+    if len(sense_keys) != len(vectors):
+        raise ValueError(f"{len(vectors)} vectors but {len(sense_keys)} sense keys")
+    if len(vectors) < 2:
+        return torch.zeros(0, dtype=torch.float64)
+    unit = F.normalize(vectors.double(), dim=1)  # (occurrences, D)
+    cosine = (unit @ unit.T).fill_diagonal_(-math.inf)  # (occurrences, occurrences)
+    highest = cosine.max(dim=1, keepdim=True).values  # (occurrences, 1)
+    nearest = cosine >= highest - TIE_TOLERANCE  # (occurrences, occurrences)
+    codes = {key: code for code, key in enumerate(dict.fromkeys(sense_keys))}
+    sense = torch.tensor([codes[key] for key in sense_keys])  # (occurrences,)
+    same = sense[:, None] == sense[None, :]  # (occurrences, occurrences)
+    return (nearest & same).sum(dim=1) / nearest.sum(dim=1).double()  # (occurrences,)
 
 
 @contextlib.contextmanager
@@ -111,8 +156,9 @@ def _word_neighbours(
     static: torch.Tensor,
     semcor: Sequence[WsdSentence] | None,
     config: PolysemyConfig,
-) -> WordNeighbours:
-    """One word's row: ``static`` (words, proj) are the layer-0 vectors of ``words``."""
+) -> tuple[WordNeighbours, list[tuple[str, float, float]]]:
+    """One word's row, and (sense key, contextual share, token-layer share) per SemCor occurrence
+    scored for sense agreement; ``static`` (words, proj) are the layer-0 vectors of ``words``."""
     similarity = F.cosine_similarity(static, _layer0(model, [word]), dim=1)  # (words,)
     ranked = [i for i in similarity.argsort(descending=True).tolist() if words[i] != word]
     nearest = [(words[i], float(similarity[i])) for i in ranked[: config.neighbours]]
@@ -120,16 +166,23 @@ def _word_neighbours(
     if not occurrences:
         notes = [] if semcor is None else [f"no SemCor occurrence of the lemma {word!r}"]
         empty = [ExampleNeighbours(example, []) for example in examples]
-        return WordNeighbours(word, nearest, empty, 0, notes)
-    pool = _contextual(model, [t for t, _ in occurrences], config.contextual_layers)  # (occ, D)
-    queries = _contextual(model, examples, config.contextual_layers)  # (examples, D)
+        return WordNeighbours(word, nearest, empty, 0, notes), []
+    layers = _layers(model, [t for t, _ in occurrences])  # (occ, n_layers + 1, D)
+    pool = layers[:, config.contextual_layers].mean(dim=1)  # (occ, D)
+    queries = _layers(model, examples)[:, config.contextual_layers].mean(dim=1)  # (examples, D)
     rows = []
     for example, vector in zip(examples, queries, strict=True):
         sims = F.cosine_similarity(pool, vector[None], dim=1)  # (occurrences,)
         top = sims.argsort(descending=True)[: config.neighbours].tolist()
         neighbours = [SenseNeighbour(*occurrences[i], float(sims[i])) for i in top]
         rows.append(ExampleNeighbours(example, neighbours))
-    return WordNeighbours(word, nearest, rows, len(occurrences))
+    scores = []
+    if len(occurrences) > 1:  # a single occurrence has no other to be its nearest
+        keys = [key for _, key in occurrences]
+        contextual = sense_agreement(pool, keys).tolist()
+        token_layer = sense_agreement(layers[:, 0], keys).tolist()
+        scores = list(zip(keys, contextual, token_layer, strict=True))
+    return WordNeighbours(word, nearest, rows, len(occurrences)), scores
 
 
 def _occurrences(
@@ -163,15 +216,15 @@ def _layer0(model: BiLM, words: Sequence[str]) -> torch.Tensor:
     return torch.cat(vectors)  # (words, proj)
 
 
-def _contextual(model: BiLM, targets: Sequence[Target], layers: list[int]) -> torch.Tensor:
-    """The mean of ``layers`` at each target's position, (targets, 2 * proj); each distinct
-    sentence runs through the biLM once."""
+def _layers(model: BiLM, targets: Sequence[Target]) -> torch.Tensor:
+    """Every biLM layer at each target's position, (targets, n_layers + 1, 2 * proj); each
+    distinct sentence runs through the biLM once."""
     sentences = list(dict.fromkeys(target.tokens for target in targets))
     outputs = dict(embed_sentences(model, sentences))  # index -> (n_layers + 1, n, 2 * proj)
     row = {tokens: index for index, tokens in enumerate(sentences)}
     return torch.stack(
-        [outputs[row[t.tokens]][layers, t.position].mean(dim=0) for t in targets]
-    )  # (targets, 2 * proj)
+        [outputs[row[t.tokens]][:, t.position] for t in targets]
+    )  # (targets, n_layers + 1, 2 * proj)
 
 
 def table(config: PolysemyConfig) -> PolysemyTable:
@@ -190,5 +243,6 @@ def table(config: PolysemyConfig) -> PolysemyTable:
     else:
         notes.append(f"no SemCor ({config.semcor}): polysemy table without contexts")
     model = load_bilm(options, weights)
-    words = nearest_neighbours(model, Vocabulary.from_file(config.vocab).tokens, semcor, config)
-    return PolysemyTable(list(config.contextual_layers), words, notes)
+    vocabulary = Vocabulary.from_file(config.vocab).tokens
+    words, agreement = nearest_neighbours(model, vocabulary, semcor, config)
+    return PolysemyTable(list(config.contextual_layers), words, notes, agreement)

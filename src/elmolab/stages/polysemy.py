@@ -1,6 +1,7 @@
 """The polysemy stage: the ELMo paper's Table 4 on the trained biLM, the nearest neighbours of
-polysemous words out of context and in context (config: ``polysemy``; the library is
-:mod:`elmolab.polysemy.neighbours`).
+polysemous words out of context and in context, and how often an occurrence's nearest SemCor
+neighbour shares its sense, in context and on the token layer (config: ``polysemy``; the library
+is :mod:`elmolab.polysemy.neighbours`).
 
 Output (``artifacts/polysemy/``, replaced whole when complete): ``neighbours.json``, which the
 report shows.
