@@ -230,7 +230,7 @@ def _layers(model: BiLM, targets: Sequence[Target]) -> torch.Tensor:
 def table(config: PolysemyConfig) -> PolysemyTable:
     """The table of ``config``'s words on the biLM of ``config.bilm`` (its ``options.json`` and
     ``weights.hdf5``) over the vocabulary ``config.vocab``; without SemCor (``config.semcor``) the
-    contextual neighbours are left out and a note says so."""
+    contextual neighbours and the sense agreement are left out and a note says so."""
     options, weights = Path(config.bilm) / OPTIONS, Path(config.bilm) / WEIGHTS
     for path in (options, weights, Path(config.vocab)):
         if not path.is_file():
