@@ -3,6 +3,9 @@ is not mistaken for an effect (the old sentence bootstrap's mistake), a known ef
 covered, the test holds its level over many simulated null studies, span F1 and the unpaired
 design, the multiple-testing adjustments by hand, and the errors."""
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -11,10 +14,23 @@ from elmolab.report.significance import (
     RunScores,
     adjust,
     compare,
+    contrast,
     span_f1_counts,
     verdict,
 )
-from elmolab.report.stats import paired_bootstrap
+
+
+def _bench(name: str):
+    """A script of bench/ (it holds the report's old test, the calibration's reference)."""
+    path = Path(__file__).resolve().parents[2] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+seed_averaged_bootstrap = _bench("significance_calibration").seed_averaged_bootstrap
+
 
 SEEDS = (1, 2, 3, 4, 5)
 
@@ -66,7 +82,7 @@ def test_seed_variance_is_not_an_effect() -> None:
     correct_a = 40 + rng.normal(0, 0.2, (5, 400))  # (seeds, sentences); tiny sentence spread
     correct_b = correct_a + shifts[:, None] * tokens
     total = np.broadcast_to(tokens, (5, 400))
-    assert paired_bootstrap(correct_a, correct_b, tokens, 2000, 0) < 0.05
+    assert seed_averaged_bootstrap(correct_a, correct_b, tokens, 2000, 0) < 0.05
     result = compare(
         RunScores(correct_a, total, SEEDS), RunScores(correct_b, total, SEEDS), paired=True
     )
@@ -190,7 +206,7 @@ def test_inconclusive_names_the_smallest_detectable_effect() -> None:
 def test_bad_inputs_are_one_line_errors() -> None:
     ones = np.ones((5, 10))
     a = RunScores(ones, ones, SEEDS)
-    with pytest.raises(ElmolabError, match="10 test sentences and b 9"):
+    with pytest.raises(ElmolabError, match="the sides have 9 and 10 test sentences"):
         compare(a, RunScores(ones[:, :9], ones[:, :9], SEEDS), paired=True)
     with pytest.raises(ElmolabError, match=r"numerators \(5, 10\) and denominators \(5, 9\)"):
         RunScores(ones, ones[:, :9], SEEDS)
@@ -202,7 +218,7 @@ def test_bad_inputs_are_one_line_errors() -> None:
         compare(RunScores(ones[:1], ones[:1], (1,)), a, paired=False)
     with pytest.raises(ElmolabError, match="2 group ids for 5 units"):
         RunScores(ones, ones, SEEDS, (1, 1))
-    with pytest.raises(ElmolabError, match="a need at least 2 units"):
+    with pytest.raises(ElmolabError, match=r"side\(s\) 0 need at least 2 units"):
         compare(RunScores(ones, ones, SEEDS, (0,) * 5), a, paired=False)
     with pytest.raises(ElmolabError, match="grouped differently"):
         compare(
@@ -212,3 +228,32 @@ def test_bad_inputs_are_one_line_errors() -> None:
         )
     with pytest.raises(ElmolabError, match=r"units \[2\] have no denominator"):
         RunScores(ones[:2], np.array([np.ones(10), np.zeros(10)]), (1, 2))
+
+
+def test_a_contrast_of_four_sides_is_their_weighted_effect_and_two_sides_are_compare() -> None:
+    rng = np.random.default_rng(3)
+    sides = [
+        RunScores(rng.binomial(20, p, (5, 60)), np.full((5, 60), 20), SEEDS)
+        for p in (0.5, 0.7, 0.4, 0.45)
+    ]
+    net = contrast(
+        [(-1, sides[0]), (1, sides[1]), (1, sides[2]), (-1, sides[3])], paired=True, seed=1
+    )
+    expected = sum(w * side.scores.mean() for w, side in zip((-1, 1, 1, -1), sides, strict=True))
+    assert net.effect == pytest.approx(expected)
+    assert net.low < net.effect < net.high
+    assert contrast([(-1, sides[0]), (1, sides[1])], paired=True, seed=1) == compare(
+        sides[0], sides[1], paired=True, seed=1
+    )
+
+
+def test_a_deterministic_method_may_have_one_unit_a_side() -> None:
+    rng = np.random.default_rng(4)
+    total = np.ones((1, 400))
+    a = RunScores(rng.binomial(1, 0.6, (1, 400)), total, (None,))
+    b = RunScores(rng.binomial(1, 0.6, (1, 400)), total, (None,))
+    with pytest.raises(ElmolabError, match="at least 2 units"):
+        compare(a, b, paired=True)
+    effect = compare(a, b, paired=True, deterministic=True)
+    assert effect.df == pytest.approx(399)  # the sentences alone
+    assert effect.effect == pytest.approx(b.scores[0] - a.scores[0])

@@ -164,73 +164,123 @@ class Effect:
 
 
 def compare(
-    a: RunScores, b: RunScores, *, paired: bool, samples: int = 2000, seed: int = 0
+    a: RunScores,
+    b: RunScores,
+    *,
+    paired: bool,
+    samples: int = 2000,
+    seed: int = 0,
+    deterministic: bool = False,
 ) -> Effect:
-    """The effect of ``b`` over ``a`` on the same test sentences; ``paired``: both have the
-    same units (seeds), paired by id. ``samples`` resamples from ``numpy``'s generator seeded
-    with ``seed``. Grouped units (:class:`RunScores` ``groups``) are drawn groups first, and
-    their unit level's degrees of freedom are groups - 1. Errors: different sentence counts,
-    units that do not pair or are grouped differently, fewer than 2 units (groups) a side."""
-    if a.n_sentences != b.n_sentences:
+    """The effect of ``b`` over ``a`` on the same test sentences: :func:`contrast` of ``-a`` and
+    ``+b``; ``paired``: both have the same units (seeds), paired by id."""
+    return contrast(
+        [(-1.0, a), (1.0, b)],
+        paired=paired,
+        samples=samples,
+        seed=seed,
+        deterministic=deterministic,
+    )
+
+
+def contrast(
+    terms: Sequence[tuple[float, RunScores]],
+    *,
+    paired: bool,
+    samples: int = 2000,
+    seed: int = 0,
+    deterministic: bool = False,
+) -> Effect:
+    """The effect ``sum_k w_k mean(scores_k)`` of ``terms`` ``(w_k, side_k)`` on the same test
+    sentences (:func:`compare`: b - a; a conditional gain net of the control task's: four
+    sides). ``paired``: every side has the same units, paired by id (one draw of the units for
+    all); else each side's units are drawn on their own. ``samples`` resamples from ``numpy``'s
+    generator seeded with ``seed``. Grouped units (:class:`RunScores` ``groups``) are drawn
+    groups first, and their unit level's degrees of freedom are groups - 1. ``deterministic``:
+    the scored method has no randomness of its own (WSD 1-NN), so a side may be one unit, which
+    adds no unit-level variance. Errors: different sentence counts, units that do not pair or
+    are grouped differently, fewer than 2 units (groups) a side otherwise."""
+    weights = [float(w) for w, _ in terms]
+    sides = [side for _, side in terms]
+    counts = sorted({side.n_sentences for side in sides})
+    if len(counts) > 1:
         raise ElmolabError(
-            f"a has {a.n_sentences} test sentences and b {b.n_sentences}: both must be scored "
+            f"the sides have {' and '.join(map(str, counts))} test sentences: all must be scored "
             "on the same ones"
         )
     if paired:
-        if set(a.units) != set(b.units):
-            raise ElmolabError(
-                f"paired units differ: a has {sorted(map(str, a.units))}, "
-                f"b {sorted(map(str, b.units))}"
-            )
-        b = b.take(a.units)
-        if a.groups is not None and b.groups is not None and a.groups != b.groups:
-            raise ElmolabError("paired units are grouped differently on the two sides")
-        grouping = a.groups if a.groups is not None else b.groups
-        a = RunScores(a.numerators, a.denominators, a.units, grouping)
-    small = [name for name, side in (("a", a), ("b", b)) if side.n_groups < 2]
+        sides = _paired(sides)
+    least = 1 if deterministic else 2
+    small = [str(k) for k, side in enumerate(sides) if side.n_groups < least]
     if small:
         raise ElmolabError(
-            f"{' and '.join(small)} need at least 2 units (or groups of units) each to be tested"
+            f"side(s) {', '.join(small)} need at least {least} units (or groups of units) each "
+            "to be tested"
         )
-    n = a.n_sentences
+    n = sides[0].n_sentences
     rng = np.random.default_rng(seed)
-    weights = _sentence_weights(rng, samples, n)  # (samples, sentences)
-    score_a = (weights @ a.numerators.T) / (weights @ a.denominators.T)  # (samples, units_a)
-    score_b = (weights @ b.numerators.T) / (weights @ b.denominators.T)  # (samples, units_b)
-    draw_a = _unit_counts(rng, samples, a)  # (samples, units_a)
-    draw_b = draw_a if paired else _unit_counts(rng, samples, b)  # (samples, units_b)
+    sentence_draws = _sentence_weights(rng, samples, n)  # (samples, sentences)
+    resampled = [
+        (sentence_draws @ side.numerators.T) / (sentence_draws @ side.denominators.T)
+        for side in sides
+    ]  # each (samples, units)
+    draws = [_unit_counts(rng, samples, sides[0])]
+    if not paired:
+        draws += [_unit_counts(rng, samples, side) for side in sides[1:]]  # (samples, units)
 
     def mean_of(scores: np.ndarray, draw: np.ndarray) -> np.ndarray:
         return (scores * draw).sum(axis=-1) / draw.sum(axis=1)  # (samples,)
 
-    both = mean_of(score_b, draw_b) - mean_of(score_a, draw_a)
-    sentences_only = score_b.mean(axis=1) - score_a.mean(axis=1)
     if paired:
-        unit_levels = [(mean_of(b.scores - a.scores, draw_a).var(ddof=1), a.n_groups - 1)]
+        combined = sum(w * scores for w, scores in zip(weights, resampled, strict=True))
+        both = mean_of(combined, draws[0])
+        sentences_only = combined.mean(axis=1)
+        unit_scores = sum(w * side.scores for w, side in zip(weights, sides, strict=True))
+        unit_levels = [(mean_of(unit_scores, draws[0]).var(ddof=1), sides[0].n_groups - 1)]
     else:
+        both = sum(
+            w * mean_of(scores, draw)
+            for w, scores, draw in zip(weights, resampled, draws, strict=True)
+        )
+        sentences_only = sum(
+            w * scores.mean(axis=1) for w, scores in zip(weights, resampled, strict=True)
+        )
         unit_levels = [
-            (mean_of(side.scores, draw).var(ddof=1), side.n_groups - 1)
-            for side, draw in ((a, draw_a), (b, draw_b))
+            (w**2 * mean_of(side.scores, draw).var(ddof=1), side.n_groups - 1)
+            for w, side, draw in zip(weights, sides, draws, strict=True)
         ]
+    unit_levels = [(v, df) for v, df in unit_levels if df > 0]
     # Resampling k units gives (k - 1) / k of a mean's variance: each unit level gets its
     # missing 1 / (k - 1) back. Each level's variance and df then give Welch-Satterthwaite's df.
     variance = float(both.var(ddof=1) + sum(v / df for v, df in unit_levels))
     levels = [(v * (df + 1) / df, df) for v, df in unit_levels]
     levels.append((sentences_only.var(ddof=1), n - 1))
-    effect = float(b.scores.mean() - a.scores.mean())
+    effect = float(sum(w * side.scores.mean() for w, side in zip(weights, sides, strict=True)))
     spread = sum(v**2 / df for v, df in levels)
     df = float(max(1.0, variance**2 / spread) if spread > 0 else min(d for _, d in levels))
-    se = math.sqrt(variance)
+    sizes = " and ".join(str(len(side.units)) for side in sides)
+    design = f"the {len(sides[0].units)} paired units" if paired else f"each side's units ({sizes})"
+    if any(side.groups is not None for side in sides):
+        design += f", groups first ({' and '.join(str(side.n_groups) for side in sides)})"
+    return t_effect(
+        effect,
+        math.sqrt(variance),
+        df,
+        (len(sides[0].units), len(sides[-1].units), n),
+        f"two-level bootstrap ({samples} resamples of {design} and of the {n} test sentences, "
+        f"shared by all units), its SE with a t reference on {df:.1f} df",
+    )
+
+
+def t_effect(
+    effect: float, se: float, df: float, sizes: tuple[int, int, int], method: str
+) -> Effect:
+    """``effect`` with standard error ``se`` against a t distribution on ``df`` degrees of
+    freedom: its 95% interval, two-sided p and smallest detectable effect (``sizes``: the units
+    of the first and last side and the sentences)."""
     # Identical resamples: nothing varies, so any difference at all is certain.
     p = float(2 * stats.t.sf(abs(effect) / se, df)) if se > 0 else float(effect == 0)
     half = float(stats.t.ppf(1 - ALPHA / 2, df)) * se
-    design = (
-        f"the {len(a.units)} paired units"
-        if paired
-        else f"each side's units ({len(a.units)} and {len(b.units)})"
-    )
-    if a.groups is not None or b.groups is not None:
-        design += f", groups first ({a.n_groups} and {b.n_groups})"
     return Effect(
         effect,
         effect - half,
@@ -239,12 +289,27 @@ def compare(
         se,
         float(stats.t.ppf(1 - ALPHA / 2, df) + stats.t.ppf(POWER, df)) * se,
         df,
-        len(a.units),
-        len(b.units),
-        n,
-        f"two-level bootstrap ({samples} resamples of {design} and of the {n} test sentences, "
-        f"shared by all units), its SE with a t reference on {df:.1f} df",
+        *sizes,
+        method,
     )
+
+
+def _paired(sides: list[RunScores]) -> list[RunScores]:
+    """``sides`` with the first's units in its order and its grouping (or another side's), or
+    an error where the units or their groups differ."""
+    first = sides[0]
+    for side in sides[1:]:
+        if set(side.units) != set(first.units):
+            raise ElmolabError(
+                f"paired units differ: {sorted(map(str, first.units))} and "
+                f"{sorted(map(str, side.units))}"
+            )
+    ordered = [first] + [side.take(first.units) for side in sides[1:]]
+    groupings = {side.groups for side in ordered if side.groups is not None}
+    if len(groupings) > 1:
+        raise ElmolabError("paired units are grouped differently on the two sides")
+    grouping = next(iter(groupings), None)
+    return [RunScores(s.numerators, s.denominators, s.units, grouping) for s in ordered]
 
 
 def _unit_counts(rng: np.random.Generator, samples: int, side: RunScores) -> np.ndarray:
