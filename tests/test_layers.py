@@ -68,7 +68,8 @@ REPORT_LAYERS = (
         "elmolab.report.information",
     ),
     ("elmolab.report.data",),  # the data model
-    ("elmolab.report.format", "elmolab.report.layout"),  # numbers as text, the table model
+    # numbers as text, the table model, the claims tested over the data
+    ("elmolab.report.format", "elmolab.report.layout", "elmolab.report.claims"),
     # one module per section: its rows, its table, its block of summary.json
     tuple(
         f"elmolab.report.sections.{p.stem}" for p in SECTIONS.glob("*.py") if p.stem != "__init__"

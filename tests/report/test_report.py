@@ -35,7 +35,6 @@ from fixtures.report.fake_artifacts import (
     write_probe_runs,
 )
 from omegaconf import OmegaConf
-from scipy import stats as scipy_stats
 
 from elmolab.core.config import section
 from elmolab.core.errors import ElmolabError
@@ -48,10 +47,9 @@ from elmolab.report import writers
 from elmolab.report.build import code_version
 from elmolab.report.collect import ProbeRun, collect, read_probe_runs
 from elmolab.report.stats import (
+    Bootstrap,
     compare_mix_to_best_layer,
     group_cells,
-    paired_bootstrap,
-    paired_t_test,
     selectivities,
 )
 from elmolab.stages import report as report_stage
@@ -167,47 +165,21 @@ def test_best_single_layer_is_chosen_on_dev_not_on_test(tmp_path):
     cells = group_cells(
         [run("layer1", 0.90, 0.80), run("layer2", 0.85, 0.95), run("scalar_mix", 0.9, 0.9)]
     )
-    [comparison] = compare_mix_to_best_layer(cells, 100, seed=0)
+    [comparison] = compare_mix_to_best_layer(cells, Bootstrap(100, 0))
     assert comparison.best_layer.features == "layer1"
     assert comparison.difference == pytest.approx(0.10)
     assert comparison.p_value is None and comparison.method.startswith("not testable")
 
 
-def test_paired_bootstrap_matches_an_independent_computation():
-    rng = np.random.default_rng(5)
-    total = rng.integers(3, 20, size=50)
-    a = rng.binomial(np.tile(total, (3, 1)), 0.80)  # (seeds, sentences)
-    b = rng.binomial(np.tile(total, (3, 1)), 0.83)
-    samples = 400
-    index = np.random.default_rng(7).integers(0, 50, size=(samples, 50))
-    deltas = []
-    for idx in index:
-        accuracy_a = [a[s, idx].sum() / total[idx].sum() for s in range(3)]
-        accuracy_b = [b[s, idx].sum() / total[idx].sum() for s in range(3)]
-        deltas.append(np.mean(accuracy_b) - np.mean(accuracy_a))
-    deltas = np.array(deltas)
-    tail = min((deltas <= 0).sum(), (deltas >= 0).sum())
-    expected = min(1.0, 2 * (1 + tail) / (samples + 1))
-    assert paired_bootstrap(a, b, total, samples, seed=7) == pytest.approx(expected)
-    assert paired_bootstrap(a, a, total, samples, seed=7) == 1.0
-    assert paired_bootstrap(0 * a, 0 * a + total, total, samples, seed=7) == 2 / (samples + 1)
-
-
-def test_paired_t_test_matches_the_formula():
-    a, b = [0.80, 0.82, 0.79, 0.81], [0.83, 0.83, 0.80, 0.84]
-    d = np.subtract(b, a)
-    t = d.mean() / (d.std(ddof=1) / math.sqrt(len(d)))
-    assert paired_t_test(a, b) == pytest.approx(2 * scipy_stats.t.sf(abs(t), len(d) - 1))
-    assert paired_t_test([0.5, 0.6], [0.5, 0.6]) == 1.0
-    assert paired_t_test([0.5, 0.6], [0.6, 0.7]) == 0.0
-
-
-def test_accuracy_tasks_use_the_bootstrap_and_span_f1_tasks_the_t_test(runs):
+def test_accuracy_and_span_f1_tasks_use_the_same_two_level_test(runs):
     comparisons = {
-        (c.task, c.encoder): c for c in compare_mix_to_best_layer(group_cells(runs), 200, 1)
+        (c.task, c.encoder): c
+        for c in compare_mix_to_best_layer(group_cells(runs), Bootstrap(200, 1))
     }
-    assert comparisons["upos", "trained"].method.startswith("paired bootstrap over 80 test")
-    assert comparisons["ner", "trained"].method == "paired t-test over 3 seeds"
+    for task in ("upos", "ner"):
+        method = comparisons[task, "trained"].method
+        assert method.startswith("two-level bootstrap (200 resamples of the 3 paired units")
+        assert "Holm over the" in method
     assert comparisons["wsd", "trained"].mix is None
     assert comparisons["wsd", "trained"].verdict(0.05) == "n/a"
     assert comparisons["wsd", "trained"].best_layer.features == "layer2"
@@ -215,7 +187,10 @@ def test_accuracy_tasks_use_the_bootstrap_and_span_f1_tasks_the_t_test(runs):
 
 def test_selectivity_is_task_minus_control_accuracy_per_seed(runs):
     cells = group_cells(runs)
-    by_key = {(s.task, s.features, s.encoder): s for s in selectivities(cells, DISPLAY.controls)}
+    by_key = {
+        (s.task, s.features, s.encoder): s
+        for s in selectivities(cells, DISPLAY.controls, Bootstrap(100, 0))
+    }
     assert set(by_key) == {("upos", f, e) for f in FEATURES for e in ("trained", "random")}
     task = cells["upos", "layer1", "trained"].test
     control = cells["upos_control", "layer1", "trained"].test
@@ -229,11 +204,13 @@ def test_a_control_task_is_known_by_its_control_of_not_by_its_name(runs):
         dataclasses.replace(run, task="scrambled") if run.task == "upos_control" else run
         for run in runs
     ]
-    found = selectivities(group_cells(renamed), {"scrambled": "upos"})
+    found = selectivities(group_cells(renamed), {"scrambled": "upos"}, Bootstrap(100, 0))
     assert {(s.task, s.features, s.encoder) for s in found} == {
         ("upos", f, e) for f in FEATURES for e in ("trained", "random")
     }
-    assert selectivities(group_cells(runs), {}) == []  # a name ending in _control is no control
+    assert (
+        selectivities(group_cells(runs), {}, Bootstrap(100, 0)) == []
+    )  # a name ending in _control is no control
 
 
 # --- the report ------------------------------------------------------------------------------
@@ -266,7 +243,9 @@ def test_index_html_is_self_contained(full_report):
     assert page.count('src="data:image/png;base64,') == 6
     main_result = page.index('id="main-result"')
     assert main_result < page.index('id="pretraining"')
-    assert "mix better" in page and "paired bootstrap" in page  # a biLM better than unigram
+    assert (
+        "two-level bootstrap" in page and "Holm" in page
+    )  # verdicts drawn: a biLM better than unigram
     assert 'class="quick-look"' not in page  # a study, not a quick look
     assert "What each layer encodes" in page and "Syntactic (trained biLM" in page
     assert "polysemy" in page.lower() and "play%2:33:00::" in page

@@ -281,14 +281,15 @@ def test_trained_vs_token_layer_is_significant_only_where_the_counts_differ():
     by_mode = {c.features: c for c in data.token_comparisons}
     assert list(by_mode) == ["layer0", "layer1", "layer2"]
     assert by_mode["layer0"].difference == 0 and by_mode["layer0"].p_value == 1.0
-    assert by_mode["layer1"].p_value == pytest.approx(2 / 1001)  # no resample reaches 0
+    assert by_mode["layer1"].p_value < 1e-6  # every seed and sentence agree
     assert by_mode["layer2"].p_value > 0.5
-    assert by_mode["layer1"].method.startswith(f"paired bootstrap over {N_SENTENCES} test")
+    assert f"of the {N_SENTENCES} test sentences" in by_mode["layer1"].method
+    assert "Holm over the 3 tests of trained - token_only" in by_mode["layer1"].method
     rows = {r.features: r for r in sections.encoders.token_layer_rows(data)}
     assert (rows["layer1"].verdict, rows["layer1"].verdict_class) == ("trained better", "good")
-    assert rows["layer1"].p_value == "0.002"
+    assert rows["layer1"].p_value == "< 0.001"
     expected = (np.minimum(base + 4, totals).sum() - base.sum()) / totals.sum()
-    assert rows["layer1"].difference == f"{100 * expected:+.2f}"
+    assert rows["layer1"].difference.startswith(f"{100 * expected:+.2f} [")
     assert rows["layer1"].value == mean_std(data.cells["upos", "layer1", "trained"])
     assert (rows["layer2"].verdict, rows["layer2"].verdict_class) == (
         "no significant difference",
@@ -296,7 +297,7 @@ def test_trained_vs_token_layer_is_significant_only_where_the_counts_differ():
     )
     assert (rows["layer0"].verdict, rows["layer0"].difference) == (
         "no significant difference",
-        "+0.00",
+        "+0.00 [+0.00, +0.00]",
     )
     (line,) = sections.encoders.token_finding(data)
     assert line == (
@@ -305,15 +306,18 @@ def test_trained_vs_token_layer_is_significant_only_where_the_counts_differ():
     )
 
 
-def test_without_sentence_counts_the_encoders_are_compared_over_seeds():
+def test_without_sentence_counts_the_encoders_are_not_tested():
+    """Results written before runs stored per-sentence sums: the means are compared, untested
+    (no test without the sentences' level)."""
     runs = [
         ProbeRun(Path("m.json"), "ner", "layer1", encoder, seed, metric="span_f1", dev=t, test=t)
         for encoder, scores in (("trained", (0.80, 0.82, 0.81)), ("token_only", (0.70, 0.73, 0.7)))
         for seed, t in zip(SEEDS, scores, strict=True)
     ]
     (comparison,) = report_data(runs).token_comparisons
-    assert comparison.method == "paired t-test over 3 seeds"
-    assert comparison.verdict(0.05) == "better"
+    assert comparison.method == "not testable: runs without per-sentence counts"
+    assert comparison.verdict(0.05) == "not testable"
+    assert comparison.difference == pytest.approx(0.81 - 0.71)
 
 
 # --- learning curves ---------------------------------------------------------------------------
@@ -342,14 +346,19 @@ def test_learning_curve_table_has_each_size_and_the_marked_difference(tmp_path):
             values = accuracies(row.label, row.features, fraction)
             assert text == f"{100 * values.mean():.2f} ± {100 * values.std(ddof=1):.2f}"
     layer0, layer1 = rows[3], rows[7]
-    assert layer0.values == ["+0.00", "+0.00", "+0.00"]  # the same token layer
-    assert layer0.titles[0].startswith("p = 1.000; paired bootstrap")
+    # the same token layer: no difference, and no star (the encoders are unpaired: their seeds'
+    # spread is in the interval)
+    assert all(v.startswith("+0.00 [") and not v.endswith("*") for v in layer0.values)
+    assert "two-level bootstrap" in layer0.titles[0]
     for fraction, text, title in zip((0.01, 0.1, 1.0), layer1.values, layer1.titles, strict=True):
         gain = accuracies("trained", "layer1", fraction) - accuracies(
             "token_only", "layer1", fraction
         )
-        assert text == f"{100 * gain.mean():+.2f} *"
-        assert title.startswith("p = 0.002; paired bootstrap over 60 test sentences")
+        assert text.startswith(f"{100 * gain.mean():+.2f} [")
+        assert "of the 60 test sentences" in title
+        # 2 fractions x 2 modes below 100%; at 100% the encoders' table's 2 modes
+        family = "4 tests of trained - token_only (learning curves)"
+        assert ("2 tests of trained - token_only" if fraction == 1 else family) in title
 
 
 def test_learning_curves_need_no_full_run_and_no_token_layer(tmp_path):
@@ -420,6 +429,9 @@ def test_summary_json_has_the_new_numbers(complete_report):
         summary["probes"]["deparc"]["layer1"]["trained"]["mean"]
     )
     assert token["deparc", "layer0"]["p_value"] == 1.0
+    assert deparc1["low"] < deparc1["difference"] < deparc1["high"]
+    assert deparc1["p_unadjusted"] <= deparc1["p_value"]
+    assert deparc1["family"] == "trained - token_only" and deparc1["family_tests"] == len(token)
     assert ("upos_control", "layer1") not in token and ("wsd", "layer1") in token
     points = summary["learning_curves"]["points"]
     assert {(p["features"], p["train_fraction"]) for p in points} == {
@@ -430,8 +442,9 @@ def test_summary_json_has_the_new_numbers(complete_report):
     assert point["mean"] == pytest.approx(np.mean(point["test"]))
     curve = summary["learning_curves"]["trained_vs_token_only"]
     assert {(c["features"], c["train_fraction"]) for c in curve} == {
-        (f, x) for f in ("layer0", "layer1") for x in (0.01, 0.1, 1.0)
-    }
+        (f, x) for f in ("layer0", "layer1") for x in (0.01, 0.1)
+    }  # at 100%: trained_vs_token_only's comparisons
+    assert {c["family"] for c in curve} == {"trained - token_only (learning curves)"}
     structural = summary["structural_probe"]
     assert structural["reference_uuas"] == {"layer0": 0.268, "layer1": 0.770}
     row = next(
@@ -460,7 +473,7 @@ def test_html_and_markdown_render_every_table_of_one_model(tmp_path):
     markdown = (out / "summary.md").read_text(encoding="utf-8").splitlines()
     built = sections.Sections.of(data)
     present = [t for t in vars(built).values() if isinstance(t, Table)]
-    assert len(present) == 10  # every section of the complete fixture has its table
+    assert len(present) == 11  # every section of the complete fixture has its table
     for table in present:
         header = "| " + " | ".join(
             c.title + (f" ({c.detail})" if c.detail else "") for c in table.columns

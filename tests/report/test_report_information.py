@@ -19,11 +19,12 @@ from fixtures.report.fake_artifacts import (
     write,
     write_pretraining,
 )
-from scipy import stats as scipy_stats
 
 from elmolab.core.errors import ElmolabError
 from elmolab.report import sections
 from elmolab.report.collect import collect, read_online_codes, read_probe_runs
+from elmolab.report.format import p_equals
+from elmolab.report.stats import Bootstrap
 
 ENCODERS = ("trained", "random", "token_only")
 SEEDS = (1, 2, 3)
@@ -392,7 +393,7 @@ def test_probe_time_counts_every_fit_but_copies(report):
 def test_conditional_table_is_layer0_minus_conditional_bits_and_the_metric_gain(report):
     data, _, out = report
     probes = out.parent / "probes" / "upos"
-    significant = 2 / (SAMPLES + 1)  # no resample reaches 0
+    gains = {(g.mode, g.encoder): g for g in data.gains if g.task == "upos"}
     rows = [r for r in sections.conditional.conditional_rows(data) if r.task == "upos"]
     assert [r.mode for r in rows] == list(CONDITIONAL)
     assert sections.conditional.conditional_encoders(data) == list(ENCODERS)
@@ -406,39 +407,41 @@ def test_conditional_table_is_layer0_minus_conditional_bits_and_the_metric_gain(
             bits = [b["test_bits"] - c["test_bits"] for b, c in zip(base, cond, strict=True)]
             dev = [b["dev_bits"] - c["dev_bits"] for b, c in zip(base, cond, strict=True)]
             gain = [100 * (c["test"] - b["test"]) for b, c in zip(base, cond, strict=True)]
-            zero = (encoder, row.mode) == ("trained", "layer2")  # the wobble: not significant
-            assert row.bits[e] == _mean_std(bits, 3, signed=True) + ("" if zero else " *")
+            tested = gains[row.mode, encoder].test_bits
+            assert tested.effect.effect == pytest.approx(np.mean(bits), abs=1e-3)
+            mark = " *" if tested.significant(0.05) else ""
+            assert row.bits[e].startswith(f"{np.mean(bits):+z.3f} [")
+            assert row.bits[e].endswith("]" + mark)
             assert row.bits_hovers[e].startswith(
                 f"dev: {_mean_std(dev, 3, signed=True)} bits/token; test: p "
             )
-            assert row.metric_gains[e].startswith(_mean_std(gain, 2, signed=True))
-            assert "paired bootstrap over 40 test sentences" in row.metric_hovers[e]
-            if not zero:
-                assert f"p = {significant:.3f}; paired bootstrap over 40 test" in row.bits_hovers[e]
+            assert row.metric_gains[e].startswith(f"{np.mean(gain):+z.2f} [")
+            assert "two-level bootstrap" in row.metric_hovers[e]
+            assert "of the 40 test sentences" in row.metric_hovers[e]
     trained = {g.mode: g for g in data.gains if (g.task, g.encoder) == ("upos", "trained")}
     assert trained["layer1"].test_bits.values == pytest.approx((0.49, 0.48, 0.47))
-    assert trained["layer1"].test_bits.p_value == pytest.approx(significant)
+    assert trained["layer1"].test_bits.p_value < 0.05
     assert trained["layer2"].test_bits.values == pytest.approx((0.0, 0.0, 0.0))
     assert trained["layer2"].test_bits.p_value > 0.5
     assert trained["layer2"].metric.p_value == 1.0  # the same counts in every sentence
-    assert rows[0].bits[0] == "+0.480 ± 0.010 *"
-    assert rows[1].bits[0] == "+0.000 ± 0.000"  # no "-0.000" from rounding
-    assert rows[1].metric_gains[0] == "+0.00 ± 0.00"
+    assert rows[0].bits[0].startswith("+0.480 [") and rows[0].bits[0].endswith("] *")
+    assert rows[1].bits[0].startswith("+0.000 [")  # no "-0.000" from rounding
+    assert rows[1].metric_gains[0] == "+0.00 [+0.00, +0.00]"
 
 
-def test_without_per_sentence_sums_both_differences_use_the_t_test(report):
+def test_without_per_sentence_sums_the_differences_are_not_tested(report):
     data, _, _ = report
     (gain,) = [g for g in data.gains if g.task == "ner"]
     bits = [NER[s][1] - NER[s][3] for s in SEEDS]
     scores = [NER[s][2] - NER[s][0] for s in SEEDS]
     assert gain.test_bits.values == pytest.approx(bits)
-    expected = scipy_stats.ttest_rel([NER[s][3] for s in SEEDS], [NER[s][1] for s in SEEDS])
-    assert gain.test_bits.p_value == pytest.approx(expected.pvalue)
-    assert gain.test_bits.method == gain.metric.method == "paired t-test over 3 seeds"
+    assert gain.test_bits.p_value is None and gain.metric.p_value is None
+    assert gain.test_bits.method == "not testable: runs without per-sentence bits"
+    assert gain.metric.method == "not testable: runs without per-sentence counts"
     assert gain.metric.values == pytest.approx(scores)
     (row,) = [r for r in sections.conditional.conditional_rows(data) if r.task == "ner"]
     assert row.metric == "span F1" and row.bits[1:] == ["–", "–"]
-    assert row.bits[0] == _mean_std(bits, 3, signed=True) + " *"  # p about 0.002
+    assert row.bits[0] == f"{np.mean(bits):+.3f} (untested)"
 
 
 def test_conditional_finding_is_computed_from_the_numbers(report):
@@ -449,12 +452,16 @@ def test_conditional_finding_is_computed_from_the_numbers(report):
         for features in ("layer0", "layer0+scalar_mix")
     )
     points = 100 * (mix["test"] - layer0["test"])  # the same counts for every seed
-    p_value = f"p = {2 / (SAMPLES + 1):.3f}"
+    gain = next(
+        g for g in data.gains if (g.task, g.mode, g.encoder) == ("upos", "scalar_mix", "trained")
+    )
+    bits_p, points_p = (p_equals(t.p_value) for t in (gain.test_bits, gain.metric))
     # the most on dev: the scalar mix (0.6 - 0.01 k bits/token against layer 1's 0.5 - 0.01 k)
     assert upos == (
         "upos: for the trained biLM, layer0 + scalar mix adds the most beyond layer 0 (chosen on "
-        f"dev): +0.580 ± 0.010 bits/token on test (significant, {p_value}) and +{points:.2f} ± "
-        f"0.00 points of accuracy (significant, {p_value}); with the same mode, random init "
+        f"dev): +0.580 ± 0.010 bits/token on test (significant, Holm-adjusted {bits_p}) and"
+        f" +{points:.2f} ± 0.00 points of accuracy (significant, Holm-adjusted {points_p}); with"
+        " the same mode, random init "
         "gains +0.130 bits/token and trained token layer + random LSTMs gains +0.230 bits/token."
     )
     assert ner.startswith("ner: for the trained biLM, layer0 + layer 1 adds the most beyond")
@@ -541,7 +548,9 @@ def test_summary_json_has_the_information_numbers(report):
     )
     assert mix["layer0"]["test_bits"] == pytest.approx([1.51, 1.52, 1.53])
     assert gains["upos", "layer2", "trained"]["test_bits_gain"]["significant"] is False
-    assert gains["ner", "layer1", "trained"]["test_bits_gain"]["method"].startswith("paired t")
+    assert gains["ner", "layer1", "trained"]["test_bits_gain"]["method"].startswith("not test")
+    assert mix["test_bits_gain"]["low"] < 0.58 < mix["test_bits_gain"]["high"]
+    assert mix["test_bits_gain"]["family"] == "information beyond layer 0 (bits)"
     assert conditional["findings"] == sections.conditional.findings(data)
 
 
@@ -558,9 +567,13 @@ def test_without_information_results_the_sections_are_absent(tmp_path):
     assert (built.online_code, built.conditional) == (None, None)
     assert built.online_code_findings == built.conditional_findings == []
     page = (out / "index.html").read_text(encoding="utf-8")
-    assert "online-code" not in page and "conditional-probing" not in page
+    assert "conditional-probing" not in page
     markdown = (out / "summary.md").read_text(encoding="utf-8")
-    assert "Online code" not in markdown and "beyond layer 0" not in markdown
+    assert "beyond layer 0" not in markdown
+    # the online code is reported as off, with the command that turns it on
+    assert built.online_code_off == sections.ONLINE_CODE_OFF
+    assert "make run EXPERIMENT=information" in page
+    assert "## Online code (description length)\n\n" + sections.ONLINE_CODE_OFF in markdown
     assert not (out / "figures" / "online_code.png").exists()
     assert not (out / "figures" / "conditional_probing.png").exists()
     assert summary["online_code"] == {"findings": [], "cells": []}
@@ -573,8 +586,7 @@ def test_without_information_results_the_sections_are_absent(tmp_path):
 
 def test_a_span_task_pairs_its_bits_by_sentence_through_its_token_counts(tmp_path):
     """Span F1 is not counted per sentence, so its runs carry each test sentence's tokens beside
-    the bits (``per_sentence_test_tokens``): the bits difference gets the paired bootstrap."""
-    from elmolab.report.stats import paired_bits_test
+    the bits (``per_sentence_test_tokens``): the bits difference gets the two-level test."""
 
     tokens = _totals()
     for seed in (1, 2, 3):
@@ -598,8 +610,11 @@ def test_a_span_task_pairs_its_bits_by_sentence_through_its_token_counts(tmp_pat
     base = tuple(r for r in runs if r.features == "layer0")
     conditioned = tuple(r for r in runs if r.features == "layer0+layer1")
     assert all((r.per_sentence_test_tokens == tokens).all() for r in runs)
-    p_value, method = paired_bits_test(base, conditioned, 500, seed=1)
-    assert method.startswith("paired bootstrap") and p_value is not None and p_value < 0.01
+    effect, method = Bootstrap(500, 1).test(
+        "chunk", [(1.0, base), (-1.0, conditioned)], paired=True, bits=True
+    )
+    assert method.startswith("two-level bootstrap") and effect is not None
+    assert effect.effect == pytest.approx(0.5, abs=0.01) and effect.p_value < 0.01
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ artifacts' files, the family grouping, and the baselines without features beside
 
 import html
 import json
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -22,14 +23,15 @@ from fixtures.report.fake_artifacts import (
     write_probe_runs,
 )
 from omegaconf import OmegaConf
-from scipy import stats as scipy_stats
+from statsmodels.stats.multitest import multipletests
 
 from elmolab.core.config import section
 from elmolab.core.errors import ElmolabError
 from elmolab.core.schema import ReportConfig
 from elmolab.report import gather, sections
 from elmolab.report.collect import ProbeRun
-from elmolab.report.stats import group_cells, layer_gaps, paired_bootstrap
+from elmolab.report.significance import RunScores, compare
+from elmolab.report.stats import Bootstrap, group_cells, layer_gaps
 
 ALPHA = 0.05
 SAMPLES = 2000  # conf/report/default.yaml's bootstrap_samples, which build_report uses
@@ -56,21 +58,39 @@ def _run_file(out: Path, task: str, mode: str, encoder: str, seed: int | None) -
 
 
 def _by_hand(out: Path, task: str, encoder: str) -> dict:
-    """Layer 2 - layer 1 from the metrics files: per-seed values, mean, std, p-value."""
+    """Layer 2 - layer 1 from the metrics files: per-seed values, mean, std, and the two-level
+    test's unadjusted p-value (the report's seed, 1, plus the hash of the comparison)."""
     seeds = [None] if task == "wsd" else list(SEEDS)
     one = [_run_file(out, task, "layer1", encoder, s) for s in seeds]
     two = [_run_file(out, task, "layer2", encoder, s) for s in seeds]
     values = np.array([b["test"] - a["test"] for a, b in zip(one, two, strict=True)])
-    if one[0].get("per_sentence_test"):  # accuracy tasks and wsd: bootstrap on the counts
-        correct = [
-            np.array([r["per_sentence_test"]["correct"] for r in runs]) for runs in (one, two)
-        ]
-        total = np.array(one[0]["per_sentence_test"]["total"])
-        p_value = paired_bootstrap(correct[0], correct[1], total, SAMPLES, 1)
-    else:  # span F1: paired t-test over seeds
-        p_value = scipy_stats.ttest_rel([r["test"] for r in two], [r["test"] for r in one]).pvalue
+    sides = [RunScores(*_sums(runs), tuple(seeds)) for runs in (one, two)]
+    effect = compare(
+        *sides,
+        paired=True,
+        samples=SAMPLES,
+        seed=1 + zlib.crc32(f"{task}/{encoder}/layer2-layer1".encode()),
+        deterministic=task == "wsd",
+    )
     std = values.std(ddof=1) if len(values) > 1 else None
-    return {"values": values, "mean": values.mean(), "std": std, "p": p_value}
+    return {"values": values, "mean": values.mean(), "std": std, "p": effect.p_value}
+
+
+def _sums(runs: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """Per run and test sentence: correct and total, or span F1's 2 tp and pred + gold."""
+    if runs[0].get("per_sentence_test"):
+        counts = [r["per_sentence_test"] for r in runs]
+        return (
+            np.array([c["correct"] for c in counts]),
+            np.array([c["total"] for c in counts]),
+        )
+    spans = [r["per_sentence_test_spans"] for r in runs]
+    tp, pred, gold = (np.array([c[key] for c in spans]) for key in ("tp", "pred", "gold"))
+    return 2 * tp, pred + gold
+
+
+def _holm(raw: dict[str, float]) -> dict[str, float]:
+    return dict(zip(raw, multipletests(list(raw.values()), method="holm")[1], strict=True))
 
 
 def test_layer2_minus_layer1_matches_a_hand_computation(report):
@@ -79,21 +99,26 @@ def test_layer2_minus_layer1_matches_a_hand_computation(report):
     assert set(panel) == {task for task in FAMILIES if task in TASKS or task == "wsd"} - {
         "upos_control"
     }
-    for task, row in panel.items():
-        for encoder in ("trained", "random", "token_only"):
-            hand, got = _by_hand(out, task, encoder), row["encoders"][encoder]
+    for encoder in ("trained", "random", "token_only"):
+        hands = {task: _by_hand(out, task, encoder) for task in panel}
+        adjusted = _holm({task: hand["p"] for task, hand in hands.items()})
+        for task, row in panel.items():
+            hand, got = hands[task], row["encoders"][encoder]
             assert got["values"] == pytest.approx(hand["values"].tolist(), abs=1e-12)
-            assert got["difference"] == pytest.approx(hand["mean"], abs=1e-12)
+            assert got["difference"] == pytest.approx(hand["mean"], abs=1e-9)
             if hand["std"] is None:
                 assert got["difference_std"] is None  # WSD: one run, no spread
             else:
                 assert got["difference_std"] == pytest.approx(hand["std"], abs=1e-12)
-            assert got["p_value"] == pytest.approx(hand["p"], rel=1e-9)
-            assert got["significant"] == (hand["p"] < ALPHA)
-    assert (
-        "paired bootstrap over 80 test sentences" in panel["wsd"]["encoders"]["trained"]["method"]
-    )
-    assert panel["chunk"]["encoders"]["trained"]["method"] == "paired t-test over 3 seeds"
+            assert got["p_unadjusted"] == pytest.approx(hand["p"], rel=1e-9)
+            assert got["p_value"] == pytest.approx(adjusted[task], rel=1e-9)
+            assert got["family_tests"] == len(panel)
+            assert got["significant"] == (adjusted[task] < ALPHA)
+    wsd = panel["wsd"]["encoders"]["trained"]["method"]
+    assert wsd.startswith("two-level bootstrap (2000 resamples of the 1 paired units")
+    assert "of the 80 test sentences" in wsd
+    chunk = panel["chunk"]["encoders"]["trained"]["method"]
+    assert chunk.startswith("two-level bootstrap (2000 resamples of the 3 paired units")
 
 
 def test_mix_weights_and_centre_of_gravity_match_a_hand_computation(report):
@@ -117,16 +142,19 @@ def test_mix_weights_and_centre_of_gravity_match_a_hand_computation(report):
 def test_each_family_states_its_verdict_counts(report):
     summary, out = report
     findings = summary["layer_panel"]["findings"]
+    panel_tasks = [row["task"] for row in summary["layer_panel"]["tasks"]]
     for family, line in zip(("syntactic", "semantic"), findings, strict=True):
         tasks = [
             t for t in ("upos", "xpos", "chunk", "ner", "deplabel", "wsd") if FAMILIES[t] == family
         ]
-        hands = {task: _by_hand(out, task, "trained") for task in tasks}
-        lower = [t for t, h in hands.items() if h["p"] < ALPHA and h["mean"] < 0]
-        upper = [t for t, h in hands.items() if h["p"] < ALPHA and h["mean"] > 0]
+        every = {task: _by_hand(out, task, "trained") for task in panel_tasks}
+        adjusted = _holm({task: hand["p"] for task, hand in every.items()})
+        hands = {task: every[task] for task in tasks}
+        lower = [t for t, h in hands.items() if adjusted[t] < ALPHA and h["mean"] < 0]
+        upper = [t for t, h in hands.items() if adjusted[t] < ALPHA and h["mean"] > 0]
         neither = [t for t in tasks if t not in lower + upper]
         assert line.startswith(
-            f"{family.capitalize()} (trained biLM, layer 2 − layer 1, p < 0.05): "
+            f"{family.capitalize()} (trained biLM, layer 2 − layer 1, Holm-adjusted p < 0.05): "
         )
         expected = f"{len(lower)} of {len(tasks)} tasks favour layer 1 significantly"
         expected += f" ({', '.join(lower)})" if lower else ""
@@ -137,7 +165,7 @@ def test_each_family_states_its_verdict_counts(report):
         assert f"{len(neither)} {verb} no significant difference" in line
         for task in neither:
             assert task in line.split("no significant difference")[1]
-    # the fake artifacts' chunk and deplabel drop by 2 points from layer 1 to layer 2, 3 seeds
+    # the fake artifacts: chunk and deplabel drop by 16 and 8 points from layer 1 to layer 2
     assert (
         findings[0]
         .split(": ", 1)[1]
@@ -203,13 +231,13 @@ def test_layer_gaps_pair_the_seeds_both_layers_have():
     cells = group_cells(
         run(m, seed, x) for m, by_seed in scores.items() for seed, x in by_seed.items()
     )
-    (gap,) = layer_gaps(cells, "layer1", "layer2", 100, 1, controls={})
+    (gap,) = layer_gaps(cells, "layer1", "layer2", Bootstrap(100, 1), controls={})
     assert gap.values == pytest.approx((0.08, 0.04))  # seeds 2 and 3 only
     assert gap.difference == pytest.approx(0.06) and gap.std == pytest.approx(
         np.std([0.08, 0.04], ddof=1)
     )
-    assert gap.method == "paired t-test over 2 seeds"
-    assert gap.p_value == pytest.approx(scipy_stats.ttest_rel([0.60, 0.55], [0.52, 0.51]).pvalue)
+    assert gap.method == "not testable: runs without per-sentence counts"
+    assert gap.p_value is None and gap.interval is None
 
 
 def test_a_task_without_a_family_is_an_error_and_nothing_is_written(tmp_path):

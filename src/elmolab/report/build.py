@@ -34,12 +34,14 @@ from elmolab.report.collect import (
 from elmolab.report.data import CodeVersion, ReportData, main_encoder, no_verdicts_reason
 from elmolab.report.information import (
     conditional_gains,
+    net_gains,
     online_code_cells,
 )
 from elmolab.report.sections import Sections, summary_json
 from elmolab.report.sections.headline import metrics_json
 from elmolab.report.sections.layers import mix_summary, panel_tasks
 from elmolab.report.stats import (
+    Bootstrap,
     Cell,
     compare_encoders,
     compare_mix_to_best_layer,
@@ -105,12 +107,13 @@ def gather(
         display,
         expected=expected,
     )
-    samples = config.significance.bootstrap_samples
+    tester = Bootstrap(config.significance.bootstrap_samples, seed)
     controls = display.controls
     cells = group_cells(inputs.probes, display)
     curve_cells = learning_curve_cells(inputs.curves, cells, display)
-    comparisons = compare_mix_to_best_layer(cells, samples, seed)
+    comparisons = compare_mix_to_best_layer(cells, tester)
     conditional_cells = group_cells(inputs.conditional, display)
+    gains = conditional_gains(cells, conditional_cells, tester, display)
     polysemy = _polysemy(config, inputs.missing)
     lower, upper = LAYER_PANEL
     return ReportData(
@@ -118,20 +121,19 @@ def gather(
         inputs=inputs,
         cells=cells,
         comparisons=comparisons,
-        selectivity=selectivities(cells, controls),
+        selectivity=selectivities(cells, controls, tester),
         token_comparisons=compare_encoders(
-            cells.values(), display.main, display.token_layer, samples, seed, controls=controls
+            cells.values(), display.main, display.token_layer, tester, controls=controls
         ),
         random_comparisons=compare_encoders(
-            cells.values(), display.main, display.random, samples, seed, controls=controls
+            cells.values(), display.main, display.random, tester, controls=controls
         ),
         curve_cells=curve_cells,
         curve_comparisons=compare_encoders(
-            curve_cells.values(),
+            [c for c in curve_cells.values() if c.train_fraction < 1.0],
             display.main,
             display.token_layer,
-            samples,
-            seed,
+            tester,
             controls=controls,
         ),
         polysemy=polysemy.words,
@@ -141,14 +143,16 @@ def gather(
         significance=config.significance,
         online_codes=online_code_cells(inputs.online_codes, display),
         conditional_cells=conditional_cells,
-        gains=conditional_gains(cells, conditional_cells, samples, seed, display),
+        gains=gains,
+        net_gains=net_gains(gains, tester, display),
         families=task_families(cells, families, controls),
-        layer_gaps=layer_gaps(cells, lower, upper, samples, seed, controls=controls),
+        layer_gaps=layer_gaps(cells, lower, upper, tester, controls=controls),
         taskmodel=read_taskmodel(Path(config.inputs.taskmodel), inputs.missing),
         paper_layers=config.paper_layers,
         display=display,
         quick_look=config.quick_look,
         no_verdicts=no_verdicts_reason(inputs.trained),
+        sense_agreement=getattr(polysemy, "agreement", None),
     )
 
 

@@ -78,6 +78,9 @@ class Display:
     features: tuple[str, ...] = FEATURE_ORDER
     kinds: Mapping[str, str] = field(default_factory=dict)
     controls: Mapping[str, str] = field(default_factory=dict)  # control task -> its task
+    # A control encoder's instance -> the control it belongs to (its first instance's name): the
+    # report pools an instance's runs with the control's (``controls`` in conf/).
+    instances: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, cfg: DictConfig, where: str | None = None) -> Display:
@@ -97,7 +100,12 @@ class Display:
             controls={
                 name: task.control_of for name, task in tasks.items() if task.get("control_of")
             },
+            instances=control_instances(OmegaConf.select(cfg, "controls", default=None) or {}),
         )
+
+    def pooled(self, encoder: str) -> str:
+        """The encoder whose cell ``encoder``'s runs join: its control, else itself."""
+        return self.instances.get(encoder, encoder)
 
     def is_control(self, task: str) -> bool:
         """Whether ``task`` is a control task (random labels: neither family, no layer claim)."""
@@ -193,6 +201,14 @@ class Expected:
         )
 
 
+def control_instances(controls: Mapping[str, Mapping[str, int]]) -> dict[str, str]:
+    """Each instance of ``controls`` (a control -> its instances' encoder names -> seeds) -> the
+    control's first instance, which names the pooled runs."""
+    return {
+        instance: next(iter(instances)) for instances in controls.values() for instance in instances
+    }
+
+
 def ordered(names: set[str] | list[str], order: tuple[str, ...]) -> list[str]:
     """``names`` in ``order``, then the ones ``order`` lacks, sorted."""
     known = [name for name in order if name in names]
@@ -205,6 +221,16 @@ class PerSentence:
 
     correct: np.ndarray  # (sentences,) int
     total: np.ndarray  # (sentences,) int
+
+
+@dataclass(frozen=True)
+class SentenceSpans:
+    """Span F1's typed chunks per test sentence: right, predicted and gold (their sums over any
+    resample of sentences give its F1)."""
+
+    tp: np.ndarray  # (sentences,) int
+    pred: np.ndarray  # (sentences,) int
+    gold: np.ndarray  # (sentences,) int
 
 
 @dataclass(frozen=True)
@@ -237,6 +263,7 @@ class ProbeRun:
     per_sentence_test_bits: np.ndarray | None = field(default=None, compare=False, repr=False)
     per_sentence_test_tokens: np.ndarray | None = field(default=None, compare=False, repr=False)
     wall_seconds: float | None = None  # the probe's training time (None: not recorded)
+    per_sentence_test_spans: SentenceSpans | None = field(default=None, compare=False, repr=False)
 
     @property
     def identity(self) -> tuple[Any, ...]:
@@ -524,6 +551,7 @@ def read_probe_run(path: Path, probes_dir: Path) -> ProbeRun:
         wall_seconds=(
             _require(data, "wall_seconds", float, path) if "wall_seconds" in data else None
         ),
+        per_sentence_test_spans=_spans(data.get("per_sentence_test_spans"), path),
     )
 
 
@@ -601,6 +629,28 @@ def _per_sentence(value: Any, path: Path) -> PerSentence | None:
     if (correct > total).any():
         raise ElmolabError("per_sentence_test: counts must be integers with correct <= total", path)
     return PerSentence(correct, total)
+
+
+def _spans(value: Any, path: Path) -> SentenceSpans | None:
+    if value is None:
+        return None
+    where = "per_sentence_test_spans."
+    if not isinstance(value, Mapping):
+        raise ElmolabError("per_sentence_test_spans must be an object {tp, pred, gold}", path)
+    tp, pred, gold = (_counts(value, key, path, where) for key in ("tp", "pred", "gold"))
+    if not tp.shape == pred.shape == gold.shape:
+        raise ElmolabError(
+            f"per_sentence_test_spans: {tp.size} tp, {pred.size} pred and {gold.size} gold "
+            "counts: one each per test sentence",
+            path,
+        )
+    if (tp > np.minimum(pred, gold)).any():
+        raise ElmolabError(
+            "per_sentence_test_spans: a sentence has more right chunks (tp) than predicted or "
+            "gold ones",
+            path,
+        )
+    return SentenceSpans(tp, pred, gold)
 
 
 def _counts(data: Mapping[str, Any], key: str, path: Path, prefix: str = "") -> np.ndarray:

@@ -6,11 +6,12 @@ of its encoders is the main one, which the baselines; and whether it may draw ve
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from elmolab.core.schema import PaperLayersConfig, SignificanceConfig
 from elmolab.io.polysemy import WordNeighbours
 from elmolab.report.collect import Display, Inputs, Pretraining
-from elmolab.report.information import CodeCell, Gain
+from elmolab.report.information import CodeCell, Gain, NetGain
 from elmolab.report.stats import Cell, Comparison, EncoderComparison, LayerGap, Selectivity
 
 
@@ -51,6 +52,8 @@ class ReportData:
     online_codes: dict[tuple[str, str, str], CodeCell] = field(default_factory=dict)
     conditional_cells: dict[tuple[str, str, str], Cell] = field(default_factory=dict)
     gains: list[Gain] = field(default_factory=list)
+    # The gains of a task net of the same gains on its control task.
+    net_gains: list[NetGain] = field(default_factory=list)
     # The layer panel: each task's family (grid.tasks.<task>.family), and layer 2 minus layer 1
     # per task and encoder.
     families: dict[str, str] = field(default_factory=dict)
@@ -66,6 +69,9 @@ class ReportData:
     quick_look: bool = False
     # Why no comparison is called better, worse or significant (no_verdicts_reason), or None.
     no_verdicts: str | None = None
+    # The polysemy stage's nearest-neighbour sense agreement per SemCor occurrence (contextual
+    # and token layer), or None where the stage has not measured it.
+    sense_agreement: Any = None
 
     @property
     def tasks(self) -> list[str]:

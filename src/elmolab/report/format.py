@@ -4,10 +4,11 @@ two decimals; "mean ± std" is over seeds, sample std), and as values for ``summ
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from elmolab.report.information import PerSeed, TestedDifference
-from elmolab.report.stats import Cell
+from elmolab.report.stats import Cell, Tested
 
 # A difference's mark by its significance (None: not testable).
 SIGNIFICANCE_MARKS = {True: " *", False: "", None: " (untested)"}
@@ -25,6 +26,30 @@ VERDICT_CLASSES = {
     "n/a": "neutral",
     NO_VERDICT: "neutral",
 }
+
+
+# How every difference in the report is tested (a section's method note ends with it).
+TEST_METHOD = (
+    "Differences: mean [95% interval], from a two-level bootstrap ({samples} resamples) of the"
+    " runs' units (the probe seeds; a control's instances first, then their seeds) and of the"
+    " test sentences they share, its standard error against a t distribution; p two-sided,"
+    " adjusted by Holm's method within each family of tests; *, better and worse: adjusted"
+    " p < {alpha} (the intervals are each comparison's own, not adjusted)."
+)
+
+
+def test_method(alpha: float, samples: int) -> str:
+    return TEST_METHOD.format(alpha=alpha, samples=f"{samples:,}")
+
+
+def family_note(tested: Iterable[Tested]) -> str:
+    """The families of ``tested`` and their sizes: "Holm families: the layer panel (trained),
+    10 tests." ("" when none was tested)."""
+    sizes = {t.family: t.family_size for t in tested if t.family and t.family_size}
+    if not sizes:
+        return ""
+    names = "; ".join(f"{name}, {size} test{'s' * (size != 1)}" for name, size in sizes.items())
+    return f"Holm famil{'ies' if len(sizes) > 1 else 'y'}: {names}."
 
 
 def verdict_cell(verdict: str, no_verdicts: str | None) -> tuple[str, str]:
@@ -54,6 +79,23 @@ def p_equals(p_value: float | None) -> str:
     """The p-value as "p = 0.012" or "p < 0.001"."""
     text = p_text(p_value)
     return f"p {text}" if text.startswith("<") else f"p = {text}"
+
+
+def with_interval(tested: Tested, digits: int = 2, scale: float = 100.0) -> str:
+    """A tested difference and its 95% interval, ``scale`` times (points by default):
+    "+0.48 [+0.30, +0.66]"; the difference alone where it was not tested."""
+    text = f"{scale * tested.difference:+z.{digits}f}"
+    if tested.interval is None:
+        return text
+    low, high = (f"{scale * end:+z.{digits}f}" for end in tested.interval)
+    return f"{text} [{low}, {high}]"
+
+
+def test_hover(tested: Tested) -> str:
+    """A test's adjusted and unadjusted p-values and method, for hover text."""
+    if tested.p_value is None:
+        return tested.method
+    return f"{p_equals(tested.p_value)} (Holm; unadjusted {p_text(tested.p_raw)}); {tested.method}"
 
 
 def mean_std(cell: Cell | None) -> str:
@@ -121,10 +163,26 @@ def json_per_seed(values: PerSeed) -> dict[str, Any]:
     }
 
 
+def json_test(tested: Tested) -> dict[str, Any]:
+    """A tested difference's test: the two-level test's difference, interval, smallest
+    detectable effect and unadjusted p, the p adjusted within its family (``p_value``) and the
+    family."""
+    effect = tested.effect
+    return {
+        "p_value": tested.p_value,
+        "p_unadjusted": tested.p_raw,
+        "low": None if effect is None else effect.low,
+        "high": None if effect is None else effect.high,
+        "detectable": None if effect is None else effect.detectable,
+        "family": tested.family or None,
+        "family_tests": tested.family_size,
+        "method": tested.method,
+    }
+
+
 def json_tested(difference: TestedDifference, alpha: float) -> dict[str, Any]:
     return {
         **json_per_seed(difference),
-        "p_value": difference.p_value,
-        "method": difference.method,
+        **json_test(difference),
         "significant": difference.significant(alpha),
     }

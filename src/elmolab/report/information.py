@@ -8,17 +8,19 @@
   (``layer1``, ``layer2``, ``scalar_mix``): per seed, the cross-entropy of the layer-0 probe minus
   that of the probe on ``[layer0; k]`` (features ``layer0+k``), in bits per token (positive: k
   adds information that layer 0 lacks), on test and dev, and the test metric of ``[layer0; k]``
-  minus that of layer 0. Runs are paired by seed; the bits difference is tested with
-  :func:`~elmolab.report.stats.paired_bits_test`, the metric difference with
-  :func:`~elmolab.report.stats.paired_test` (both: the paired bootstrap over test sentences where
-  per-sentence sums exist, else a paired t-test over seeds).
+  minus that of layer 0; and that gain net of the same gain on the task's control task (whose
+  labels are random per word type, so what a probe gains there is capacity to memorise, not
+  knowledge of the task). Runs are paired by unit (encoder instance and seed) and tested with
+  the report's two-level test (:class:`~elmolab.report.stats.Bootstrap`), each measure one family
+  corrected by Holm's method.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +36,8 @@ from elmolab.report.collect import (
     conditioned_mode,
     ordered,
 )
-from elmolab.report.stats import Cell, CellKey, paired_bits_test, paired_test
+from elmolab.report.significance import Effect
+from elmolab.report.stats import Bootstrap, Cell, CellKey, Tested, correct, unit_of
 
 
 @dataclass(frozen=True)
@@ -57,14 +60,19 @@ class PerSeed:
 
 
 @dataclass(frozen=True)
-class TestedDifference(PerSeed):
-    """A difference per paired seed with the p-value of its test (None: not testable)."""
+class TestedDifference(PerSeed, Tested):
+    """A difference per paired unit with its test (``p_value`` adjusted in its family; None: not
+    testable)."""
 
     p_value: float | None
     method: str  # how p_value was computed, or why there is none
+    effect: Effect | None = None
+    family: str = ""
+    family_size: int = 0
 
-    def significant(self, alpha: float) -> bool | None:
-        return None if self.p_value is None else self.p_value < alpha
+    @property
+    def difference(self) -> float:  # type: ignore[override]
+        return self.mean if self.effect is None else self.effect.effect
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,23 @@ class Gain:
 
 
 @dataclass(frozen=True)
+class NetGain:
+    """A gain beyond layer 0 on a task net of the same gain on its control task: what the
+    encoder's layer adds beyond the probe's capacity to memorise random labels per word type."""
+
+    task: str
+    control_task: str
+    mode: str
+    encoder: str
+    test_bits: TestedDifference  # the task's bits gained minus the control task's
+    metric: TestedDifference  # the task's points gained minus the control task's
+
+    @property
+    def features(self) -> str:
+        return conditional_features(self.mode)
+
+
+@dataclass(frozen=True)
 class MeasureTime:
     """The probe training time one task's information measures took, in seconds (None: the task
     has no such results)."""
@@ -166,13 +191,13 @@ def online_code_cells(
 def conditional_gains(
     cells: Mapping[tuple[str, str, str], Cell],
     conditional_cells: Mapping[tuple[str, str, str], Cell],
-    bootstrap_samples: int,
-    seed: int,
+    tester: Bootstrap,
     display: Display = BY_NAME,
 ) -> list[Gain]:
     """The information beyond layer 0 of every conditional cell (``conditional_cells``, features
-    ``layer0+<mode>``) whose encoder has layer-0 runs of the same task (in ``cells``) with seeds in
-    common; by task, mode (``CONDITIONAL_MODES`` first) and encoder."""
+    ``layer0+<mode>``) whose encoder has layer-0 runs of the same task (in ``cells``) with units
+    in common; by task, mode (``CONDITIONAL_MODES`` first) and encoder. Bits and points are a
+    family each."""
     by_task_mode: dict[tuple[str, str], list[Cell]] = defaultdict(list)
     for (task, features, _), cell in conditional_cells.items():
         mode = conditioned_mode(features)
@@ -187,28 +212,36 @@ def conditional_gains(
         for cell in by_task_mode.get((task, mode), [])
         if (baseline := cells.get((task, CONDITIONAL_BASE, cell.encoder))) is not None
     ]
-    gains = [_gain(*pair, bootstrap_samples, seed) for pair in pairs]
-    return [gain for gain in gains if gain is not None]
+    gains = [gain for pair in pairs if (gain := _gain(*pair, tester)) is not None]
+    bits = correct([g.test_bits for g in gains], lambda _: "information beyond layer 0 (bits)")
+    metric = correct([g.metric for g in gains], lambda _: "information beyond layer 0 (points)")
+    return [
+        dataclasses.replace(gain, test_bits=b, metric=m)
+        for gain, b, m in zip(gains, bits, metric, strict=True)
+    ]
 
 
 def _gain(
-    task: str, mode: str, baseline: Cell, conditional: Cell, bootstrap_samples: int, seed: int
+    task: str, mode: str, baseline: Cell, conditional: Cell, tester: Bootstrap
 ) -> Gain | None:
-    """``conditional`` against its layer-0 ``baseline``; None without seeds in common."""
-    by_seed = {run.seed: run for run in baseline.runs if run.applicable}
-    pairs = [(by_seed[run.seed], run) for run in conditional.runs if run.seed in by_seed]
+    """``conditional`` against its layer-0 ``baseline``; None without units in common."""
+    by_unit = {unit_of(run): run for run in baseline.runs if run.applicable}
+    pairs = [(by_unit[unit_of(run)], run) for run in conditional.runs if unit_of(run) in by_unit]
     pairs = [(base, run) for base, run in pairs if run.applicable]
     if not pairs:
         return None
-    bits_p, bits_method = paired_bits_test(baseline.runs, conditional.runs, bootstrap_samples, seed)
-    metric_p, metric_method = paired_test(baseline.runs, conditional.runs, bootstrap_samples, seed)
+    key = f"{task}/{mode}/{conditional.encoder}"
+    terms = [(-1.0, baseline.runs), (1.0, conditional.runs)]
+    saved = [(-w, runs) for w, runs in terms]
+    bits_effect, bits_method = tester.test(key + "/bits", saved, paired=True, bits=True)
+    metric_effect, metric_method = tester.test(key, terms, paired=True)
     return Gain(
         task=task,
         mode=mode,
         encoder=conditional.encoder,
         baseline=baseline,
         conditional=conditional,
-        test_bits=TestedDifference(_bits_saved(pairs, TEST_BITS), bits_p, bits_method),
+        test_bits=TestedDifference(_bits_saved(pairs, TEST_BITS), None, bits_method, bits_effect),
         dev_bits=PerSeed(_bits_saved(pairs, DEV_BITS)),
         metric=TestedDifference(
             tuple(
@@ -216,10 +249,59 @@ def _gain(
                 for base, run in pairs
                 if run.test is not None and base.test is not None
             ),
-            metric_p,
+            None,
             metric_method,
+            metric_effect,
         ),
     )
+
+
+def net_gains(
+    gains: Sequence[Gain], tester: Bootstrap, display: Display = BY_NAME
+) -> list[NetGain]:
+    """Every gain of a task that has a control task (``display.controls``) net of the same gain
+    (mode, encoder) on the control task, paired by unit: a family each for bits and points."""
+    by_key = {(g.task, g.mode, g.encoder): g for g in gains}
+    nets = []
+    for control_task, task in display.controls.items():
+        for (name, mode, encoder), gain in by_key.items():
+            other = by_key.get((control_task, mode, encoder))
+            if name != task or other is None:
+                continue
+            key = f"{task}-{control_task}/{mode}/{encoder}"
+            runs = (gain.baseline, gain.conditional, other.baseline, other.conditional)
+            terms = list(zip((-1.0, 1.0, 1.0, -1.0), (cell.runs for cell in runs), strict=True))
+            saved = [(-w, r) for w, r in terms]
+            bits_effect, bits_method = tester.test(key + "/bits", saved, paired=True, bits=True)
+            metric_effect, metric_method = tester.test(key, terms, paired=True)
+            nets.append(
+                NetGain(
+                    task,
+                    control_task,
+                    mode,
+                    encoder,
+                    TestedDifference(
+                        _net(gain.test_bits, other.test_bits), None, bits_method, bits_effect
+                    ),
+                    TestedDifference(
+                        _net(gain.metric, other.metric), None, metric_method, metric_effect
+                    ),
+                )
+            )
+    bits = correct([n.test_bits for n in nets], lambda _: "gains net of the control task (bits)")
+    metric = correct([n.metric for n in nets], lambda _: "gains net of the control task (points)")
+    return [
+        dataclasses.replace(net, test_bits=b, metric=m)
+        for net, b, m in zip(nets, bits, metric, strict=True)
+    ]
+
+
+def _net(task: PerSeed, control: PerSeed) -> tuple[float, ...]:
+    """Per unit both have (they are in the same unit order when both have every unit): the
+    task's value minus the control task's; their means' difference where the units differ."""
+    if task.n == control.n:
+        return tuple(t - c for t, c in zip(task.values, control.values, strict=True))
+    return (task.mean - control.mean,) if task.n and control.n else ()
 
 
 def _bits_saved(pairs: list[tuple[ProbeRun, ProbeRun]], key: str) -> tuple[float, ...]:

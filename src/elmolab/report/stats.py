@@ -1,41 +1,47 @@
-"""Statistics over probe runs: mean and spread over seeds, the best single layer against the
-learned scalar mix with a significance test, one encoder against another (the trained biLM
-against its token layer under random LSTMs) on the same task, feature mode and training fraction
-with the same test, and selectivity against the control task.
+"""Statistics over probe runs: mean and spread over seeds, and every comparison the report draws
+(the layer panel's layer 2 - layer 1, the learned scalar mix against the best single layer, the
+trained biLM against each control, per training fraction, selectivity against the control task)
+with one test and one correction.
 
-Significance of "scalar mix minus best single layer" on the test set, per task and encoder:
+The test (:mod:`elmolab.report.significance`): the two-level bootstrap over the runs' units
+and the test sentences they share, on each run's per-sentence sums (correct tokens, span F1's
+chunk counts, bits; :func:`run_scores`). A unit is a run's (encoder, seed): within one encoder
+the seeds pair (paired design), the trained biLM against a control is unpaired, and a control's
+instances (``Display.instances``) are pooled into one cell whose units are grouped by instance.
+A method without randomness of its own (WSD 1-NN: one run per encoder, no seed) is tested on its
+sentences alone. Runs without per-sentence sums (results written before they were stored) are
+not tested. Every test draws from its own seed, the report's seed plus a hash of what it
+compares.
 
-- paired bootstrap over test sentences, when both modes have per-sentence counts for the same
-  seeds (accuracy tasks): the per-sentence differences ``d_i = mean_seeds(mix_i - layer_i)``
-  (correct tokens) are resampled with replacement ``B`` times, each resample giving
-  ``delta* = sum(d[idx]) / sum(total[idx])``; the two-sided p-value is
-  ``min(1, 2 (1 + min(#{delta* <= 0}, #{delta* >= 0})) / (B + 1))``;
-- otherwise a paired t-test over seeds (span F1 tasks), with at least 2 seeds in common;
-- otherwise no test (a single run each, as WSD 1-NN, which has no scalar mix anyway).
-
-The best single layer is chosen on dev (mean over seeds), never on test. Encoders are compared
-the same way, pairing their runs by seed (and test sentence), and so are cross-entropies in bits
-per token (:func:`paired_bits_test`: the bootstrap on each test sentence's summed bits).
+Each comparison belongs to a family (:func:`correct`): its ``p_value`` is adjusted by Holm's
+method over the family's tests (``p_raw`` keeps the unadjusted one), and every star and verdict
+follows the adjusted p. The best single layer is chosen on dev (mean over seeds), never on
+test.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
-from scipy import stats
 
+from elmolab.core.errors import ElmolabError
 from elmolab.report.collect import (
     BY_NAME,
     SCALAR_MIX,
     SINGLE_LAYERS,
-    TEST_BITS,
     Display,
     ProbeRun,
 )
+from elmolab.report.significance import Effect, RunScores, adjust, contrast, span_f1_counts
+
+CORRECTION = "holm"  # statsmodels' name of the family-wise correction every family uses
 
 
 @dataclass(frozen=True)
@@ -49,9 +55,9 @@ class CellKey:
 
 @dataclass(frozen=True)
 class Cell(CellKey):
-    """All runs of one task x feature mode x encoder."""
+    """All runs of one task x feature mode x encoder (a control: all its instances' runs)."""
 
-    runs: tuple[ProbeRun, ...]  # sorted by seed
+    runs: tuple[ProbeRun, ...]  # sorted by seed, then instance
 
     @property
     def applicable(self) -> bool:
@@ -64,6 +70,11 @@ class Cell(CellKey):
     @property
     def seeds(self) -> list[int | None]:
         return [run.seed for run in self.runs]
+
+    @property
+    def instances(self) -> list[str]:
+        """The encoders whose runs the cell holds (a control's instances), in run order."""
+        return list(dict.fromkeys(run.encoder for run in self.runs))
 
     @property
     def train_fraction(self) -> float:
@@ -94,7 +105,7 @@ class Cell(CellKey):
 
     @property
     def std(self) -> float:
-        """Sample standard deviation over seeds (ddof 1); nan for fewer than 2 runs."""
+        """Sample standard deviation over runs (ddof 1); nan for fewer than 2 runs."""
         return float(self.test.std(ddof=1)) if self.n > 1 else math.nan
 
     @property
@@ -121,14 +132,33 @@ class Cell(CellKey):
         return sorted({key for run in self.runs for key in run.extra})
 
 
-class _Tested:
-    """A difference of means with the p-value of its significance test (None: not testable)."""
+def unit_of(run: ProbeRun) -> tuple[str, int | None]:
+    """A run's unit in the tests: its encoder (a control's instance) and seed."""
+    return run.encoder, run.seed
+
+
+class Tested:
+    """A difference with its test: ``p_value`` adjusted within its family (None: not
+    testable), ``effect`` the two-level test's difference, interval and unadjusted p."""
 
     difference: float
     p_value: float | None
+    method: str
+    effect: Effect | None
+    family: str
+    family_size: int
 
     def significant(self, alpha: float) -> bool | None:
         return None if self.p_value is None else self.p_value < alpha
+
+    @property
+    def p_raw(self) -> float | None:
+        return None if self.effect is None else self.effect.p_value
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """The difference's 95% interval (None: not tested)."""
+        return None if self.effect is None else (self.effect.low, self.effect.high)
 
     def _verdict(self, alpha: float, higher: str, lower: str) -> str:
         """``higher`` or ``lower`` (the sign of the difference) where significant at ``alpha``."""
@@ -140,7 +170,7 @@ class _Tested:
 
 
 @dataclass(frozen=True)
-class Comparison(_Tested):
+class Comparison(Tested):
     """Scalar mix against the best single layer (chosen on dev) of one task and encoder."""
 
     task: str
@@ -150,6 +180,9 @@ class Comparison(_Tested):
     difference: float  # mean test metric, mix minus best layer; nan without a mix
     p_value: float | None
     method: str  # how p_value was computed, or why there is none
+    effect: Effect | None = None
+    family: str = ""
+    family_size: int = 0
 
     def verdict(self, alpha: float) -> str:
         if self.mix is None:
@@ -158,7 +191,7 @@ class Comparison(_Tested):
 
 
 @dataclass(frozen=True)
-class EncoderComparison(_Tested):
+class EncoderComparison(Tested):
     """``encoder`` against ``baseline`` on one task, feature mode and training fraction."""
 
     task: str
@@ -169,6 +202,9 @@ class EncoderComparison(_Tested):
     difference: float  # mean test metric, encoder minus baseline
     p_value: float | None
     method: str  # how p_value was computed, or why there is none
+    effect: Effect | None = None
+    family: str = ""
+    family_size: int = 0
 
     @property
     def encoder(self) -> str:
@@ -184,22 +220,25 @@ class EncoderComparison(_Tested):
 
 
 @dataclass(frozen=True)
-class LayerGap(_Tested):
+class LayerGap(Tested):
     """The upper biLSTM layer minus the lower one (layer 2 - layer 1) on one task and encoder,
-    test set, paired by seed: what the second layer adds to, or loses from, the first."""
+    test set, paired by unit: what the second layer adds to, or loses from, the first."""
 
     task: str
     encoder: str
     lower: Cell  # layer 1's runs
     upper: Cell  # layer 2's runs
-    values: tuple[float, ...]  # per seed both layers have: upper - lower
+    values: tuple[float, ...]  # per unit both layers have: upper - lower
     difference: float  # mean of values
     p_value: float | None
     method: str  # how p_value was computed, or why there is none
+    effect: Effect | None = None
+    family: str = ""
+    family_size: int = 0
 
     @property
     def std(self) -> float:
-        """Sample standard deviation of the per-seed differences; nan for fewer than 2."""
+        """Sample standard deviation of the per-unit differences; nan for fewer than 2."""
         return float(np.std(self.values, ddof=1)) if len(self.values) > 1 else math.nan
 
     def favoured(self, alpha: float) -> str | None:
@@ -216,15 +255,21 @@ class LayerGap(_Tested):
 
 
 @dataclass(frozen=True)
-class Selectivity:
-    """Task accuracy minus control-task accuracy, paired by seed (Hewitt and Liang 2019)."""
+class Selectivity(Tested):
+    """Task accuracy minus control-task accuracy, paired by unit (Hewitt and Liang 2019)."""
 
     task: str
     features: str
     encoder: str
-    task_accuracy: float  # mean over the paired seeds
+    task_accuracy: float  # mean over the paired units
     control_accuracy: float
-    values: tuple[float, ...]  # per paired seed
+    values: tuple[float, ...]  # per paired unit
+    difference: float  # mean of values
+    p_value: float | None
+    method: str
+    effect: Effect | None = None
+    family: str = ""
+    family_size: int = 0
 
     @property
     def mean(self) -> float:
@@ -235,13 +280,109 @@ class Selectivity:
         return float(np.std(self.values, ddof=1)) if len(self.values) > 1 else math.nan
 
 
+T = TypeVar("T", bound=Tested)
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """Runs the two-level test (:func:`~elmolab.report.significance.contrast`) on probe runs:
+    ``samples`` resamples, each test seeded with ``seed`` plus a hash of its ``key``."""
+
+    samples: int
+    seed: int
+
+    def test(
+        self,
+        key: str,
+        terms: Sequence[tuple[float, Sequence[ProbeRun]]],
+        *,
+        paired: bool,
+        bits: bool = False,
+    ) -> tuple[Effect | None, str]:
+        """The effect ``sum_k w_k mean(runs_k)`` of ``terms`` on the test metric (``bits``: on
+        the cross-entropy in bits per token) and the method line, or (None, why not)."""
+        what = "bits" if bits else "counts"
+        sides = [_run_scores(runs, bits) for _, runs in terms]
+        if any(side is None for side in sides):
+            return None, f"not testable: runs without per-sentence {what}"
+        scored = [side for side in sides if side is not None]
+        if paired:
+            common = [u for u in scored[0].units if all(u in side.units for side in scored[1:])]
+            scored = [side.take(common) for side in scored]
+        deterministic = all(run.seed is None for _, runs in terms for run in runs)
+        try:
+            effect = contrast(
+                [(w, side) for (w, _), side in zip(terms, scored, strict=True)],
+                paired=paired,
+                samples=self.samples,
+                seed=self.seed + zlib.crc32(key.encode()),
+                deterministic=deterministic,
+            )
+        except ElmolabError as err:
+            return None, f"not testable: {err.problem}"
+        return effect, effect.method
+
+
+def _run_scores(runs: Sequence[ProbeRun], bits: bool) -> RunScores | None:
+    """The runs' per-sentence numerators and denominators as one :class:`RunScores` (units
+    grouped by encoder where the runs are several instances'), or None where a run has none
+    or their sentence counts differ."""
+    sums = [_sums(run, bits) for run in runs if run.applicable]
+    if not sums or any(s is None for s in sums) or len({len(s[0]) for s in sums if s}) > 1:
+        return None
+    units = tuple(unit_of(run) for run in runs if run.applicable)
+    encoders = tuple(encoder for encoder, _ in units)
+    return RunScores(
+        np.stack([s[0] for s in sums if s is not None]),
+        np.stack([s[1] for s in sums if s is not None]),
+        units,
+        encoders if len(set(encoders)) > 1 else None,
+    )
+
+
+def _sums(run: ProbeRun, bits: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    """One run's per-sentence numerator and denominator: bits and tokens, span F1's ``2 tp``
+    and ``pred + gold``, or correct and total."""
+    if bits:
+        b, tokens = run.per_sentence_test_bits, run.per_sentence_test_tokens
+        return None if b is None or tokens is None else (b, tokens)
+    if run.per_sentence_test_spans is not None:
+        spans = run.per_sentence_test_spans
+        return span_f1_counts(spans.tp, spans.pred, spans.gold)
+    counts = run.per_sentence_test
+    return None if counts is None else (counts.correct, counts.total)
+
+
+def correct(items: Iterable[T], family: Callable[[T], str]) -> list[T]:
+    """``items`` with ``p_value`` adjusted by Holm's method within each ``family`` (the untested
+    left out of the count) and their family's name and size, in their order."""
+    items = list(items)
+    members: dict[str, list[int]] = defaultdict(list)
+    for i, item in enumerate(items):
+        members[family(item)].append(i)
+    done = list(items)
+    for name, rows in members.items():
+        raw = [items[i].p_raw for i in rows]
+        size = sum(p is not None for p in raw)
+        for i, p in zip(rows, adjust(raw, CORRECTION), strict=True):
+            method = items[i].method
+            if p is not None:
+                method += f"; Holm over the {size} tests of {name}"
+            tested = size if p is not None else 0
+            done[i] = dataclasses.replace(
+                items[i], p_value=p, family=name, family_size=tested, method=method
+            )
+    return done
+
+
 def group_cells(
     runs: Iterable[ProbeRun], display: Display = BY_NAME
 ) -> dict[tuple[str, str, str], Cell]:
-    """Runs grouped by (task, features, encoder), in ``display`` order."""
+    """Runs grouped by (task, features, encoder), a control's instances pooled under the
+    control's name, in ``display`` order."""
     groups: dict[tuple[str, str, str], list[ProbeRun]] = defaultdict(list)
     for run in runs:
-        groups[run.task, run.features, run.encoder].append(run)
+        groups[run.task, run.features, display.pooled(run.encoder)].append(run)
     return {key: Cell(*key, _by_seed(groups[key])) for key in display.sort(groups)}
 
 
@@ -255,7 +396,8 @@ def learning_curve_cells(
     ``cells``) as fraction 1."""
     groups: dict[tuple[str, str, str, float], list[ProbeRun]] = defaultdict(list)
     for run in curve_runs:
-        groups[run.task, run.features, run.encoder, run.train_fraction].append(run)
+        key = (run.task, run.features, display.pooled(run.encoder), run.train_fraction)
+        groups[key].append(run)
     for task, features, encoder in {key[:3] for key in groups}:
         full = cells.get((task, features, encoder))
         if full is not None:
@@ -264,21 +406,22 @@ def learning_curve_cells(
 
 
 def _by_seed(runs: Iterable[ProbeRun]) -> tuple[ProbeRun, ...]:
-    return tuple(sorted(runs, key=lambda run: run.seed or 0))
+    return tuple(sorted(runs, key=lambda run: (run.seed or 0, run.encoder)))
 
 
 def compare_encoders(
     cells: Iterable[Cell],
     encoder: str | None,
     baseline: str | None,
-    bootstrap_samples: int,
-    seed: int,
+    tester: Bootstrap,
     *,
     controls: Mapping[str, str],
 ) -> list[EncoderComparison]:
     """``encoder`` against ``baseline`` for every task (the control tasks, the keys of
     ``controls``, excluded), feature mode and training fraction where both have applicable runs,
-    in the order of ``cells`` (none when either is None: no encoder plays that role)."""
+    in the order of ``cells`` (none when either is None: no encoder plays that role); unpaired
+    (different encoders), each family one baseline's comparisons at one training fraction or
+    all fractions below 1."""
     by_key = {(c.task, c.features, c.train_fraction, c.encoder): c for c in cells}
     comparisons = []
     for (task, features, fraction, name), cell in by_key.items():
@@ -287,19 +430,31 @@ def compare_encoders(
             continue
         if not (cell.applicable and base.applicable and cell.n and base.n):
             continue
-        p_value, method = paired_test(base.runs, cell.runs, bootstrap_samples, seed)
+        effect, method = tester.test(
+            f"{task}/{features}/{fraction}/{name}-{baseline}",
+            [(-1.0, base.runs), (1.0, cell.runs)],
+            paired=False,
+        )
+        difference = cell.mean - base.mean if effect is None else effect.effect
         comparisons.append(
             EncoderComparison(
-                task, features, fraction, cell, base, cell.mean - base.mean, p_value, method
+                task, features, fraction, cell, base, difference, None, method, effect
             )
         )
-    return comparisons
+    return correct(
+        comparisons,
+        lambda c: (
+            f"{c.encoder} - {c.baseline}"
+            + ("" if c.train_fraction == 1.0 else " (learning curves)")
+        ),
+    )
 
 
 def compare_mix_to_best_layer(
-    cells: dict[tuple[str, str, str], Cell], bootstrap_samples: int, seed: int
+    cells: dict[tuple[str, str, str], Cell], tester: Bootstrap
 ) -> list[Comparison]:
-    """One comparison per task and encoder that has at least one single-layer cell."""
+    """One comparison per task and encoder that has at least one single-layer cell, paired by
+    unit; one family per encoder."""
     comparisons = []
     for task, encoder in dict.fromkeys((t, e) for t, _, e in cells):
         layers = [
@@ -315,42 +470,45 @@ def compare_mix_to_best_layer(
             reason = "scalar mix not applicable" if mix is not None else "no scalar-mix runs"
             comparisons.append(Comparison(task, encoder, best, None, math.nan, None, reason))
             continue
-        p_value, method = paired_test(best.runs, mix.runs, bootstrap_samples, seed)
-        comparisons.append(
-            Comparison(task, encoder, best, mix, mix.mean - best.mean, p_value, method)
+        effect, method = tester.test(
+            f"{task}/{encoder}/mix-best", [(-1.0, best.runs), (1.0, mix.runs)], paired=True
         )
-    return comparisons
+        difference = mix.mean - best.mean if effect is None else effect.effect
+        comparisons.append(Comparison(task, encoder, best, mix, difference, None, method, effect))
+    return correct(comparisons, lambda c: f"scalar mix - best single layer ({c.encoder})")
 
 
 def layer_gaps(
     cells: Mapping[tuple[str, str, str], Cell],
     lower: str,
     upper: str,
-    bootstrap_samples: int,
-    seed: int,
+    tester: Bootstrap,
     *,
     controls: Mapping[str, str],
 ) -> list[LayerGap]:
     """``upper`` minus ``lower`` (feature modes, e.g. layer2 and layer1) for every task (the
     control tasks, the keys of ``controls``, excluded) and encoder where both have applicable
-    runs of a common seed, in the order of ``cells``; tested as the other paired comparisons
-    (:func:`paired_test`)."""
+    runs of a common unit, in the order of ``cells``; paired by unit, one family per encoder
+    (the layer panel)."""
     gaps = []
     for task, mode, encoder in cells:
         a, b = cells[task, mode, encoder], cells.get((task, upper, encoder))
         if mode != lower or b is None or task in controls:
             continue
-        by_seed = {run.seed: run.test for run in a.runs if run.test is not None}
+        by_unit = {unit_of(run): run.test for run in a.runs if run.test is not None}
         values = tuple(
-            run.test - by_seed[run.seed]
+            run.test - by_unit[unit_of(run)]
             for run in b.runs
-            if run.test is not None and run.seed in by_seed
+            if run.test is not None and unit_of(run) in by_unit
         )
         if not values:
             continue
-        p_value, method = paired_test(a.runs, b.runs, bootstrap_samples, seed)
-        gaps.append(LayerGap(task, encoder, a, b, values, float(np.mean(values)), p_value, method))
-    return gaps
+        effect, method = tester.test(
+            f"{task}/{encoder}/{upper}-{lower}", [(-1.0, a.runs), (1.0, b.runs)], paired=True
+        )
+        difference = float(np.mean(values)) if effect is None else effect.effect
+        gaps.append(LayerGap(task, encoder, a, b, values, difference, None, method, effect))
+    return correct(gaps, lambda g: f"the layer panel ({g.encoder})")
 
 
 def centre_of_gravity(weights: np.ndarray) -> float:
@@ -359,113 +517,31 @@ def centre_of_gravity(weights: np.ndarray) -> float:
     return float(np.arange(len(weights)) @ weights)
 
 
-def paired_test(
-    a: tuple[ProbeRun, ...], b: tuple[ProbeRun, ...], bootstrap_samples: int, seed: int
-) -> tuple[float | None, str]:
-    """p-value of "b's test metric differs from a's" and the method used (see the module
-    docstring)."""
-    return _paired(a, b, _counts, lambda run: run.test, "counts", bootstrap_samples, seed)
-
-
-def paired_bits_test(
-    a: tuple[ProbeRun, ...], b: tuple[ProbeRun, ...], bootstrap_samples: int, seed: int
-) -> tuple[float | None, str]:
-    """p-value of "b's test cross-entropy (bits per token) differs from a's" and the method used:
-    the paired bootstrap over test sentences on their summed bits and tokens (bits per token as a
-    ratio of sums), else a paired t-test over seeds on ``test_bits``."""
-    return _paired(
-        a, b, _sentence_bits, lambda run: run.extra.get(TEST_BITS), "bits", bootstrap_samples, seed
-    )
-
-
-# A run's per-sentence sums and token totals, both (sentences,), or None where it has none.
-PerSentenceSums = Callable[[ProbeRun], tuple[np.ndarray, np.ndarray] | None]
-
-
-def _counts(run: ProbeRun) -> tuple[np.ndarray, np.ndarray] | None:
-    counts = run.per_sentence_test
-    return None if counts is None else (counts.correct, counts.total)
-
-
-def _sentence_bits(run: ProbeRun) -> tuple[np.ndarray, np.ndarray] | None:
-    bits, tokens = run.per_sentence_test_bits, run.per_sentence_test_tokens
-    return None if bits is None or tokens is None else (bits, tokens)
-
-
-def _paired(
-    a: tuple[ProbeRun, ...],
-    b: tuple[ProbeRun, ...],
-    per_sentence: PerSentenceSums,
-    score: Callable[[ProbeRun], float | None],
-    what: str,
-    bootstrap_samples: int,
-    seed: int,
-) -> tuple[float | None, str]:
-    """p-value of "b differs from a", pairing runs by seed: the paired bootstrap over the
-    sentences' sums where every paired run has them for the same sentences, else a paired t-test
-    over seeds on ``score``, else none (``what``: the sums' name, for the reason)."""
-    by_seed_a = {run.seed: run for run in a}
-    pairs = [(by_seed_a[run.seed], run) for run in b if run.seed in by_seed_a]
-    sums = [(per_sentence(x), per_sentence(y)) for x, y in pairs]
-    counted = [(x, y) for x, y in sums if x is not None and y is not None]
-    totals = [x[1] for x, _ in counted] + [y[1] for _, y in counted]
-    if counted and all(np.array_equal(totals[0], t) for t in totals):
-        sums_a = np.stack([x[0] for x, _ in counted])  # (seeds, sentences)
-        sums_b = np.stack([y[0] for _, y in counted])  # (seeds, sentences)
-        p_value = paired_bootstrap(sums_a, sums_b, totals[0], bootstrap_samples, seed)
-        return p_value, (
-            f"paired bootstrap over {len(totals[0])} test sentences "
-            f"({bootstrap_samples} resamples, {len(counted)} seed(s))"
-        )
-    scored = [(score(x), score(y)) for x, y in pairs]
-    scored = [(x, y) for x, y in scored if x is not None and y is not None]
-    if len(scored) >= 2:
-        return paired_t_test([x for x, _ in scored], [y for _, y in scored]), (
-            f"paired t-test over {len(scored)} seeds"
-        )
-    return None, f"not testable: one run each and no per-sentence {what}"
-
-
-def paired_bootstrap(
-    correct_a: np.ndarray, correct_b: np.ndarray, total: np.ndarray, samples: int, seed: int
-) -> float:
-    """Two-sided p-value of a paired bootstrap over sentences of the accuracy difference b - a.
-
-    ``correct_a``, ``correct_b``: (seeds, sentences) correct tokens (or any per-sentence sums, such
-    as bits: the difference of their ratios to the tokens); ``total``: (sentences,) tokens.
-    """
-    d = (correct_b - correct_a).mean(axis=0)  # (sentences,)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(total), size=(samples, len(total)))  # (samples, sentences)
-    delta = d[idx].sum(axis=1) / np.maximum(total[idx].sum(axis=1), 1)  # (samples,)
-    tail = min(int((delta <= 0).sum()), int((delta >= 0).sum()))
-    return min(1.0, 2 * (1 + tail) / (samples + 1))
-
-
-def paired_t_test(a: list[float | None], b: list[float | None]) -> float:
-    """Two-sided paired t-test p-value; identical differences give 0 (or 1 when all zero)."""
-    diff = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
-    if np.allclose(diff, diff[0]):
-        return 1.0 if math.isclose(diff[0], 0.0, abs_tol=1e-12) else 0.0
-    return float(stats.ttest_rel(b, a).pvalue)
-
-
 def selectivities(
-    cells: dict[tuple[str, str, str], Cell], controls: Mapping[str, str]
+    cells: dict[tuple[str, str, str], Cell], controls: Mapping[str, str], tester: Bootstrap
 ) -> list[Selectivity]:
     """For every control task (``controls``: control task -> its task): its task minus the
-    control, per features and encoder."""
+    control, per features and encoder, paired by unit (both read the same test sentences);
+    one family."""
     results = []
     for (task, features, encoder), control in cells.items():
         base = controls.get(task)
         if base is None or (base, features, encoder) not in cells or not control.n:
             continue
-        by_seed = {run.seed: run.test for run in cells[base, features, encoder].runs}
-        pairs = [(by_seed[r.seed], r.test) for r in control.runs if by_seed.get(r.seed) is not None]
-        pairs = [(t, c) for t, c in pairs if c is not None]
+        task_cell = cells[base, features, encoder]
+        by_unit = {unit_of(run): run.test for run in task_cell.runs}
+        pairs = [(by_unit.get(unit_of(r)), r.test) for r in control.runs]
+        pairs = [(t, c) for t, c in pairs if t is not None and c is not None]
         if not pairs:
             continue
         task_acc, control_acc = np.mean(pairs, axis=0)
+        values = tuple(float(t - c) for t, c in pairs)
+        effect, method = tester.test(
+            f"{base}-{task}/{features}/{encoder}",
+            [(1.0, task_cell.runs), (-1.0, control.runs)],
+            paired=True,
+        )
+        difference = float(np.mean(values)) if effect is None else effect.effect
         results.append(
             Selectivity(
                 base,
@@ -473,7 +549,11 @@ def selectivities(
                 encoder,
                 float(task_acc),
                 float(control_acc),
-                tuple(float(t - c) for t, c in pairs),
+                values,
+                difference,
+                None,
+                method,
+                effect,
             )
         )
-    return results
+    return correct(results, lambda _: "selectivity")

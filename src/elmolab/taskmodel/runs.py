@@ -65,7 +65,6 @@ from elmolab.io.features import feature_path
 from elmolab.io.results import METRICS_FILE, PREDICTIONS_FILE, SEED_PREFIX
 from elmolab.models.encoder_files import encoder_files
 from elmolab.probing.datasets import FeatureDataset, standardize_layers
-from elmolab.report.stats import paired_t_test
 from elmolab.taskmodel.data import (
     LengthSortedBatches,
     PadBatch,
@@ -498,3 +497,13 @@ def markdown_table(summary: dict[str, Any]) -> str:
             f"{versus['absolute']:+.2f} F1{p_value}"
         )
     return "\n".join(lines) + "\n"
+
+
+def paired_t_test(a: list[float], b: list[float]) -> float:
+    """Two-sided paired t-test p-value; identical differences give 0 (or 1 when all zero)."""
+    diff = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
+    if np.allclose(diff, diff[0]):
+        return 1.0 if math.isclose(diff[0], 0.0, abs_tol=1e-12) else 0.0
+    from scipy import stats
+
+    return float(stats.ttest_rel(b, a).pvalue)

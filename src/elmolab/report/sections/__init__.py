@@ -12,6 +12,7 @@ from typing import Any
 from elmolab.report.data import ReportData
 from elmolab.report.layout import Table
 from elmolab.report.sections import (
+    claims,
     conditional,
     encoders,
     headline,
@@ -27,6 +28,11 @@ from elmolab.report.sections import (
     task_model,
 )
 
+ONLINE_CODE_OFF = (
+    "The online code (minimum description length, Voita and Titov 2020) is off in this study:"
+    " `make run EXPERIMENT=information` turns it on for every token task (it about doubles those"
+    " cells' probe time)."
+)
 QUICK_LOOK = (
     "A quick look, not a study (report.quick_look): a few minutes of training on a slice of the"
     " data, to show that every stage runs. Its numbers say nothing about what ELMo learns."
@@ -39,6 +45,7 @@ class Sections:
     without results yet): what index.html and summary.md both render."""
 
     banner: str | None  # above everything: what kind of run this is (None: a study)
+    claims: Table | None  # the study's claims, tested: the first table
     findings: list[str]
     headline: Table | None
     layers: Table | None
@@ -53,6 +60,7 @@ class Sections:
     results: Table | None
     online_code: Table | None
     online_code_findings: list[str]  # a sentence per task
+    online_code_off: str | None  # how to turn the online code on, where the study has none
     conditional: Table | None
     conditional_findings: list[str]  # a sentence per task
 
@@ -60,6 +68,7 @@ class Sections:
     def of(cls, data: ReportData) -> Sections:
         return cls(
             banner=QUICK_LOOK if data.quick_look else None,
+            claims=claims.table(data),
             findings=headline.findings(data),
             headline=headline.table(data),
             layers=layers.table(data),
@@ -74,6 +83,7 @@ class Sections:
             results=results.table(data),
             online_code=online_code.table(data),
             online_code_findings=online_code.findings(data),
+            online_code_off=ONLINE_CODE_OFF if data.cells and not data.online_codes else None,
             conditional=conditional.table(data),
             conditional_findings=conditional.findings(data),
         )
@@ -87,6 +97,7 @@ def summary_json(data: ReportData) -> dict[str, Any]:
         "quick_look": data.quick_look,
         "no_verdicts": data.no_verdicts,
         "missing": data.inputs.missing,
+        "claims": claims.summary(data),
         "pretraining": pretraining.summary(data),
         "probes": results.summary(data),
         "taskmodel": task_model.summary(data),

@@ -10,12 +10,16 @@ from typing import Any
 from elmolab.report.collect import DEV_BITS, TEST_BITS
 from elmolab.report.data import ReportData
 from elmolab.report.format import (
+    family_note,
     json_per_seed,
     json_tested,
     metric_label,
     p_equals,
     per_seed,
     significance_mark,
+    test_hover,
+    test_method,
+    with_interval,
 )
 from elmolab.report.information import TestedDifference, conditional_label
 from elmolab.report.layout import Column, Table, TableCell, group_starts, number
@@ -26,10 +30,10 @@ CONDITIONAL_METHOD = (
     "Information beyond layer 0 (conditional probing, Hewitt et al. 2021): the test"
     " cross-entropy of the probe on layer 0 minus that of the probe on layer 0 beside the mode,"
     " in bits per token (positive: the mode adds information that layer 0 lacks), and the test"
-    " metric of the latter minus the former, in points; mean ± std over seeds. *: significant"
-    " (p < {alpha}): a paired bootstrap over test sentences (bits: each sentence's summed bits over"
-    " its tokens, a ratio of sums; the metric: per-sentence counts) where the runs have them, else"
-    " a paired t-test over seeds."
+    " metric of the latter minus the former, in points; paired by seed (a control: by instance"
+    ' and seed). Rows "task − control task": the task\'s gain net of the same gain on its'
+    " control task, whose labels are random per word type: what the layer adds beyond the"
+    " probe's capacity to memorise word types."
 )
 
 
@@ -39,23 +43,18 @@ def _significance(difference: TestedDifference, alpha: float) -> str:
     significant = difference.significant(alpha)
     if significant is None:
         return "untested"
-    return f"{'' if significant else 'not '}significant, {p_equals(difference.p_value)}"
-
-
-def _test_text(difference: TestedDifference) -> str:
-    """A test's p-value and method, for hover text."""
-    if difference.p_value is None:
-        return difference.method
-    return f"{p_equals(difference.p_value)}; {difference.method}"
+    return (
+        f"{'' if significant else 'not '}significant, Holm-adjusted {p_equals(difference.p_value)}"
+    )
 
 
 def _marked(difference: TestedDifference, digits: int, scale: float, data: ReportData) -> str:
-    """A difference's mean ± std, marked * where significant (unmarked where the report draws no
-    verdicts)."""
+    """A difference [95% interval], marked * where significant after correction (unmarked where
+    the report draws no verdicts)."""
     if not difference.n:
         return "–"
     marked = significance_mark(difference.significant(data.significance.alpha), data.no_verdicts)
-    return per_seed(difference, digits, scale, signed=True) + marked
+    return with_interval(difference, digits, scale) + marked
 
 
 def conditional_encoders(data: ReportData) -> list[str]:
@@ -92,13 +91,41 @@ def conditional_rows(data: ReportData) -> list[ConditionalRow]:
                     ""
                     if g is None
                     else f"dev: {per_seed(g.dev_bits, 3, signed=True)} bits/token; "
-                    f"test: {_test_text(g.test_bits)}"
+                    f"test: {test_hover(g.test_bits)}"
                     for g in gains
                 ],
                 metric_gains=[
                     "–" if g is None else _marked(g.metric, 2, 100.0, data) for g in gains
                 ],
-                metric_hovers=["" if g is None else _test_text(g.metric) for g in gains],
+                metric_hovers=["" if g is None else test_hover(g.metric) for g in gains],
+            )
+        )
+        if any(n.control_task == task for n in data.net_gains):
+            rows.extend(_net_rows(data, task, mode, encoders))
+    return rows
+
+
+def _net_rows(data: ReportData, task: str, mode: str, encoders: list[str]) -> list[ConditionalRow]:
+    """After ``task``'s control task's row of ``mode``: ``task``'s gains net of it."""
+    nets = {(n.control_task, n.mode, n.encoder): n for n in data.net_gains}
+    controls = dict.fromkeys(n.control_task for n in data.net_gains if n.control_task == task)
+    rows = []
+    for control_task in controls:
+        found = [nets.get((control_task, mode, e)) for e in encoders]
+        if not any(found):
+            continue
+        first = next(n for n in found if n is not None)
+        rows.append(
+            ConditionalRow(
+                task=f"{first.task} − {control_task}",
+                metric="net of the control task",
+                mode=mode,
+                bits=["–" if n is None else _marked(n.test_bits, 3, 1.0, data) for n in found],
+                bits_hovers=["" if n is None else test_hover(n.test_bits) for n in found],
+                metric_gains=[
+                    "–" if n is None else _marked(n.metric, 2, 100.0, data) for n in found
+                ],
+                metric_hovers=["" if n is None else test_hover(n.metric) for n in found],
             )
         )
     return rows
@@ -170,9 +197,22 @@ def table(data: ReportData) -> Table | None:
         columns,
         cells,
         group_starts([r.task for r in rows]),
-        note_before=CONDITIONAL_METHOD.format(alpha=data.significance.alpha),
-        note=f"Dev bits per token gained: in each bits cell's hover text. Probe time of the"
-        f" conditional probes: {seconds}.",
+        note_before=CONDITIONAL_METHOD,
+        note=" ".join(
+            [
+                test_method(data.significance.alpha, data.significance.bootstrap_samples),
+                family_note(
+                    [
+                        *(g.test_bits for g in data.gains),
+                        *(g.metric for g in data.gains),
+                        *(n.test_bits for n in data.net_gains),
+                        *(n.metric for n in data.net_gains),
+                    ]
+                ),
+                "Dev bits per token gained: in each bits cell's hover text. Probe time of the"
+                f" conditional probes: {seconds}.",
+            ]
+        ),
     )
 
 
@@ -182,7 +222,9 @@ def summary(data: ReportData) -> dict[str, Any]:
     numbers."""
     alpha = data.significance.alpha
     return {
-        "method": CONDITIONAL_METHOD.format(alpha=alpha),
+        "method": " ".join(
+            [CONDITIONAL_METHOD, test_method(alpha, data.significance.bootstrap_samples)]
+        ),
         "findings": findings(data),
         "gains": [
             {
@@ -198,6 +240,17 @@ def summary(data: ReportData) -> dict[str, Any]:
                 "conditional": _bits_runs(g.conditional),
             }
             for g in data.gains
+        ],
+        "net_of_control_task": [
+            {
+                "task": n.task,
+                "control_task": n.control_task,
+                "mode": n.mode,
+                "encoder": n.encoder,
+                "test_bits_gain": json_tested(n.test_bits, alpha),
+                "metric_gain": json_tested(n.metric, alpha),
+            }
+            for n in data.net_gains
         ],
     }
 

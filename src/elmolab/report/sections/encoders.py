@@ -11,11 +11,15 @@ from elmolab.report.collect import Display
 from elmolab.report.data import ReportData
 from elmolab.report.format import (
     VERDICT_CLASSES,
+    family_note,
     json_number,
+    json_test,
     mean_std,
     p_text,
-    pct,
+    test_hover,
+    test_method,
     verdict_cell,
+    with_interval,
 )
 from elmolab.report.layout import (
     Table,
@@ -28,16 +32,13 @@ from elmolab.report.layout import (
 from elmolab.report.stats import EncoderComparison
 
 ENCODER_METHOD = (
-    "Trained biLM minus its trained token layer (char CNN, highway, projection) under random "
-    "orthogonal LSTMs, same task, features and seeds, test set: a paired bootstrap over test "
-    "sentences when per-sentence counts exist, else a paired t-test over seeds; two-sided, "
-    "significant when p < {alpha}. On layer0 both encoders have the same features by "
-    "construction, so the difference there is 0."
+    "Trained biLM minus its trained token layer (char CNN, highway, projection) under random"
+    " orthogonal LSTMs, pooled over the control's instances, same task and features, test set."
+    " On layer0 both encoders have the same features by construction."
 )
 RANDOM_METHOD = (
-    "Trained biLM minus the same network never trained (random initialisation), same task,"
-    " features and seeds, test set: a paired bootstrap over test sentences when per-sentence"
-    " counts exist, else a paired t-test over seeds; two-sided, significant when p < {alpha}."
+    "Trained biLM minus the same network never trained (random initialisation), pooled over"
+    " the control's instances, same task and features, test set."
 )
 
 
@@ -87,11 +88,11 @@ def encoder_rows(data: ReportData, comparisons: list[EncoderComparison]) -> list
                 features=c.features,
                 value=mean_std(c.cell),
                 baseline_value=mean_std(c.baseline_cell),
-                difference=pct(c.difference, signed=True),
+                difference=with_interval(c),
                 p_value=p_text(c.p_value),
                 verdict=verdict,
                 verdict_class=verdict_class,
-                method=c.method,
+                method=test_hover(c),
             )
         )
     return rows
@@ -146,7 +147,13 @@ def token_layer_table(data: ReportData) -> Table | None:
         data.display,
         "What pretraining the LSTMs added beyond a good token layer: the trained biLM against its"
         " own token layer (char CNN, highway, projection) under random orthogonal LSTMs.",
-        ENCODER_METHOD.format(alpha=data.significance.alpha),
+        " ".join(
+            [
+                ENCODER_METHOD,
+                test_method(data.significance.alpha, data.significance.bootstrap_samples),
+                family_note(data.token_comparisons),
+            ]
+        ),
     )
 
 
@@ -158,7 +165,13 @@ def random_table(data: ReportData) -> Table | None:
         data.display,
         "What pretraining added at all: the trained biLM against the same network with its"
         " initial random weights.",
-        RANDOM_METHOD.format(alpha=data.significance.alpha),
+        " ".join(
+            [
+                RANDOM_METHOD,
+                test_method(data.significance.alpha, data.significance.bootstrap_samples),
+                family_note(data.random_comparisons),
+            ]
+        ),
     )
 
 
@@ -178,8 +191,8 @@ def _encoder_table(
             "features",
             display.label(display.main or ""),
             display.label(baseline or ""),
-            ("difference", "points"),
-            "p",
+            ("difference", "points [95% CI]"),
+            ("p", "Holm"),
             "verdict",
         ),
         [
@@ -212,8 +225,7 @@ def comparison_summary(c: EncoderComparison, alpha: float) -> dict[str, Any]:
         "baseline_std": json_number(c.baseline_cell.std),
         "n": c.cell.n,
         "difference": json_number(c.difference),
-        "p_value": c.p_value,
-        "method": c.method,
+        **json_test(c),
         "significant": c.significant(alpha),
         "verdict": c.verdict(alpha),
     }
@@ -223,7 +235,7 @@ def token_layer_summary(data: ReportData) -> dict[str, Any]:
     """The trained biLM against its token layer under random LSTMs: the test and each comparison."""
     alpha = data.significance.alpha
     return {
-        "method": ENCODER_METHOD.format(alpha=alpha),
+        "method": ENCODER_METHOD,
         "comparisons": [comparison_summary(c, alpha) for c in data.token_comparisons],
     }
 
@@ -232,6 +244,6 @@ def random_summary(data: ReportData) -> dict[str, Any]:
     """The trained biLM against the random-initialisation control: the test and each comparison."""
     alpha = data.significance.alpha
     return {
-        "method": RANDOM_METHOD.format(alpha=alpha),
+        "method": RANDOM_METHOD,
         "comparisons": [comparison_summary(c, alpha) for c in data.random_comparisons],
     }

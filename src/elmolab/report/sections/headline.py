@@ -12,22 +12,27 @@ from elmolab.io.results import FIRST_SENSE, MAJORITY_BASELINE
 from elmolab.report.collect import SCALAR_MIX
 from elmolab.report.data import ReportData, baseline_encoders, main_encoder
 from elmolab.report.format import (
+    family_note,
     json_number,
+    json_test,
     mean_std,
     metric_label,
     p_text,
     pct,
+    significance_mark,
+    test_hover,
+    test_method,
     token_count,
     verdict_cell,
+    with_interval,
 )
 from elmolab.report.layout import Column, Table, TableCell, columns_of, comparison_cells, number
 from elmolab.report.sections.encoders import random_finding, token_finding
 from elmolab.report.sections.layers import family_findings
 
 SIGNIFICANCE_METHOD = (
-    "Scalar mix vs the best single layer (chosen on dev), test set: a paired bootstrap over "
-    "test sentences when per-sentence counts exist (accuracy tasks), else a paired t-test over "
-    "seeds; two-sided, significant when p < {alpha}."
+    "Scalar mix minus the best single layer (chosen on dev), paired by seed; the trained biLM"
+    " minus each control's scalar mix, pooled over the control's instances; test set."
 )
 
 
@@ -40,9 +45,9 @@ class BaselineScores:
     """A baseline encoder's numbers beside the main encoder's in the headline."""
 
     encoder: str
-    best: str  # "layer0 80.12" or "–"
-    mix: str
-    gain: str  # main encoder's best layer minus the baseline's best layer, points
+    mix: str  # the baseline's scalar mix, mean ± std over its runs
+    gain: str  # the main encoder's scalar mix minus the baseline's [95% CI], points, marked
+    hover: str  # the gain's test
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,11 @@ def headline_rows(data: ReportData) -> list[HeadlineRow]:
     baseline encoder's numbers beside them."""
     main = main_encoder(data)
     by_key = {(c.task, c.encoder): c for c in data.comparisons}
+    mixes = {
+        (c.task, c.baseline): c
+        for c in [*data.random_comparisons, *data.token_comparisons]
+        if c.features == SCALAR_MIX
+    }
     rows = []
     for task in data.tasks:
         comparison = by_key.get((task, main))
@@ -77,16 +87,16 @@ def headline_rows(data: ReportData) -> list[HeadlineRow]:
         )
         baselines = []
         for encoder in baseline_encoders(data):
-            control = by_key.get((task, encoder))
-            if control is None:
-                baselines.append(BaselineScores(encoder, "–", "–", "–"))
-                continue
+            versus = mixes.get((task, encoder))
+            gain, hover = "–", ""
+            if versus is not None:
+                mark = significance_mark(
+                    versus.significant(data.significance.alpha), data.no_verdicts
+                )
+                gain, hover = with_interval(versus) + mark, test_hover(versus)
             baselines.append(
                 BaselineScores(
-                    encoder,
-                    best=f"{control.best_layer.features} {pct(control.best_layer.mean)}",
-                    mix="–" if control.mix is None else pct(control.mix.mean),
-                    gain=pct(comparison.best_layer.mean - control.best_layer.mean, signed=True),
+                    encoder, mean_std(data.cells.get((task, SCALAR_MIX, encoder))), gain, hover
                 )
             )
         rows.append(
@@ -96,11 +106,11 @@ def headline_rows(data: ReportData) -> list[HeadlineRow]:
                 best_layer=comparison.best_layer.features,
                 best_value=mean_std(comparison.best_layer),
                 mix_value=mean_std(data.cells.get((task, SCALAR_MIX, main))),
-                difference=pct(comparison.difference, signed=True),
+                difference=with_interval(comparison) if comparison.mix is not None else "–",
                 p_value=p_text(comparison.p_value),
                 verdict=verdict,
                 verdict_class=verdict_class,
-                method=comparison.method,
+                method=test_hover(comparison),
                 baselines=baselines,
                 no_features="; ".join(
                     f"{name} {pct(value)}" for name, value in task_baselines(data, task)
@@ -208,15 +218,15 @@ def table(data: ReportData) -> Table | None:
         ("best single layer", "trained, chosen on dev"),
         "its score",
         ("scalar mix", "trained"),
-        "mix − layer",
-        "p",
+        ("mix − layer", "[95% CI]"),
+        ("p", "Holm"),
         "verdict",
     )
     for b in rows[0].baselines:
         label = data.display.label(b.encoder, short=True)
         columns += [
-            Column(f"{label} encoder", "best layer · mix"),
-            Column(f"trained − {label}", "best layers"),
+            Column(f"{label} encoder", "scalar mix"),
+            Column(f"trained − {label}", "scalar mixes [95% CI]"),
         ]
     no_features = any(r.no_features for r in rows)
     if no_features:
@@ -228,17 +238,19 @@ def table(data: ReportData) -> Table | None:
             number(r.best_value),
             number(r.mix_value),
             *comparison_cells(r.difference, r.p_value, r.verdict, r.verdict_class, r.method),
-            *(
-                cell
-                for b in r.baselines
-                for cell in (number(f"{b.best} · {b.mix}"), number(b.gain))
-            ),
+            *(cell for b in r.baselines for cell in (number(b.mix), number(b.gain, b.hover))),
             *([number(r.no_features)] if no_features else []),
         ]
         for r in rows
     ]
-    method = SIGNIFICANCE_METHOD.format(alpha=data.significance.alpha)
-    note = f"Test scores in %, mean ± std over seeds. {method}"
+    method = " ".join(
+        [
+            SIGNIFICANCE_METHOD,
+            test_method(data.significance.alpha, data.significance.bootstrap_samples),
+            family_note([*data.comparisons, *data.random_comparisons, *data.token_comparisons]),
+        ]
+    )
+    note = f"Test scores in %, mean ± std over runs. {method}"
     return Table(columns, cells, [False] * len(cells), note=note)
 
 
@@ -267,7 +279,9 @@ def significance_summary(data: ReportData) -> dict[str, Any]:
     return {
         "alpha": alpha,
         "bootstrap_samples": data.significance.bootstrap_samples,
-        "method": SIGNIFICANCE_METHOD.format(alpha=alpha),
+        "method": " ".join(
+            [SIGNIFICANCE_METHOD, test_method(alpha, data.significance.bootstrap_samples)]
+        ),
     }
 
 
@@ -282,8 +296,7 @@ def comparisons_summary(data: ReportData) -> list[dict[str, Any]]:
             "best_layer_mean": json_number(c.best_layer.mean),
             "mix_mean": None if c.mix is None else json_number(c.mix.mean),
             "difference": json_number(c.difference),
-            "p_value": c.p_value,
-            "method": c.method,
+            **json_test(c),
             "significant": c.significant(alpha),
             "verdict": c.verdict(alpha),
         }

@@ -15,25 +15,26 @@ from elmolab.report.collect import FAMILY_ORDER, SCALAR_MIX, ordered
 from elmolab.report.data import ReportData, baseline_encoders, main_encoder
 from elmolab.report.format import (
     NO_VERDICT,
+    family_note,
     json_number,
+    json_test,
     metric_label,
-    p_equals,
     p_text,
     pct,
     significance_mark,
+    test_hover,
+    test_method,
     verdict_cell,
+    with_interval,
 )
 from elmolab.report.layout import Table, TableCell, columns_of, group_starts, number
 from elmolab.report.stats import LayerGap, centre_of_gravity
 
 LAYER_METHOD = (
-    "Layer 2 minus layer 1 (the two biLSTM layers), test set, in points; mean ± std of the"
-    " per-seed differences. p: a paired bootstrap over test sentences when per-sentence counts"
-    " exist (accuracy tasks; WSD: correct instances), else a paired t-test over seeds;"
-    " two-sided, significant when p < {alpha} (*: significant). Mix: the learned scalar mix's"
-    " weights after softmax for layers 0 · 1 · 2 (mean over seeds) and their centre of gravity"
-    " Σ j·s_j (Tenney et al. 2019; 0 = the token layer), mean ± std over seeds; WSD 1-NN learns"
-    " no mix."
+    "Layer 2 minus layer 1 (the two biLSTM layers), test set, in points, paired by seed (WSD"
+    " 1-NN has no seed: its test instances only). Mix: the learned scalar mix's weights after"
+    " softmax for layers 0 · 1 · 2 (mean over seeds) and their centre of gravity Σ j·s_j"
+    " (Tenney et al. 2019; 0 = the token layer), mean ± std over seeds; WSD 1-NN learns no mix."
 )
 
 
@@ -120,17 +121,17 @@ def panel_rows(data: ReportData) -> list[PanelRow]:
                 task=task,
                 metric=metric_label(next(c.metric for k, c in data.cells.items() if k[0] == task)),
                 layers="–" if gap is None else f"{pct(gap.lower.mean)} · {pct(gap.upper.mean)}",
-                difference="–" if gap is None else _signed_points(gap.difference, gap.std),
+                difference="–" if gap is None else with_interval(gap),
                 p_value="–" if gap is None else p_text(gap.p_value),
                 verdict=verdict,
                 verdict_class=verdict_class,
-                method="" if gap is None else gap.method,
+                method="" if gap is None else test_hover(gap),
                 weights="–" if mix is None else " · ".join(f"{w:.2f}" for w in mix.weights),
                 gravity="–" if mix is None else _gravity_text(mix.gravity),
                 baselines=[
                     "–"
                     if g is None
-                    else pct(g.difference, signed=True)
+                    else with_interval(g)
                     + significance_mark(g.significant(alpha), data.no_verdicts)
                     for g in others
                 ],
@@ -156,9 +157,7 @@ def _gravity_text(values: np.ndarray) -> str:
 
 
 def _gap_hover(gap: LayerGap) -> str:
-    spread = "" if math.isnan(gap.std) else f" ± {pct(gap.std)}"
-    test = gap.method if gap.p_value is None else f"{p_equals(gap.p_value)}; {gap.method}"
-    return f"{pct(gap.difference, signed=True)}{spread} points; {test}"
+    return f"{with_interval(gap)} points; {test_hover(gap)}"
 
 
 def family_findings(data: ReportData) -> list[str]:
@@ -194,7 +193,8 @@ def family_findings(data: ReportData) -> list[str]:
             parts.append(_count(groups["untested"], "is not testable", "are not testable"))
         gravity = [m.gravity.mean() for t in tasks if (m := mix_summary(data, t)) is not None]
         text = (
-            f"{family.capitalize()} ({data.display.label(main)}, layer 2 − layer 1, p < {alpha}): "
+            f"{family.capitalize()} ({data.display.label(main)}, layer 2 − layer 1,"
+            f" Holm-adjusted p < {alpha}): "
         )
         text += ", ".join(parts)
         if gravity:
@@ -230,8 +230,8 @@ def table(data: ReportData) -> Table | None:
         "family",
         "task",
         ("layer 1 · layer 2", data.display.label(main, short=True)),
-        ("layer 2 − layer 1", data.display.label(main, short=True)),
-        "p",
+        ("layer 2 − layer 1", f"{data.display.label(main, short=True)} [95% CI]"),
+        ("p", "Holm"),
         "verdict",
         ("mix weights", "layers 0 · 1 · 2"),
         ("centre of gravity", "Σ j·s_j"),
@@ -265,8 +265,14 @@ def table(data: ReportData) -> Table | None:
         starts,
         note_before="What each layer encodes: per task, the second biLSTM layer against the"
         " first (the ELMo paper: syntax is better in layer 1, word sense in layer 2).",
-        note=f"{LAYER_METHOD.format(alpha=data.significance.alpha)} ELMo paper (Peters et al."
-        f" 2018, the original 5.5B-token model): {references}.",
+        note=" ".join(
+            [
+                LAYER_METHOD,
+                test_method(data.significance.alpha, data.significance.bootstrap_samples),
+                family_note(data.layer_gaps),
+                f"ELMo paper (Peters et al. 2018, the original 5.5B-token model): {references}.",
+            ]
+        ),
     )
 
 
@@ -290,8 +296,7 @@ def summary(data: ReportData) -> dict[str, Any]:
                         "difference": json_number(g.difference),
                         "difference_std": json_number(g.std),
                         "values": list(g.values),
-                        "p_value": g.p_value,
-                        "method": g.method,
+                        **json_test(g),
                         "significant": g.significant(alpha),
                         "favoured": g.favoured(alpha),
                     }
@@ -314,7 +319,7 @@ def summary(data: ReportData) -> dict[str, Any]:
             }
         )
     return {
-        "method": LAYER_METHOD.format(alpha=alpha),
+        "method": LAYER_METHOD,
         "findings": family_findings(data),
         "tasks": tasks,
     }

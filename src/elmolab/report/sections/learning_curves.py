@@ -8,12 +8,14 @@ from typing import Any
 
 from elmolab.report.data import ReportData
 from elmolab.report.format import (
+    family_note,
     fraction_text,
     json_number,
     mean_std,
-    p_equals,
-    pct,
     significance_mark,
+    test_hover,
+    test_method,
+    with_interval,
 )
 from elmolab.report.layout import Table, TableCell, columns_of, group_starts, number
 from elmolab.report.sections.encoders import comparison_summary
@@ -39,7 +41,10 @@ def curve_rows(data: ReportData) -> list[CurveRow]:
     fraction, then the trained − token layer difference at each fraction, marked * where the
     paired test finds it significant."""
     fractions = learning_curve_fractions(data)
-    by_key = {(c.task, c.features, c.train_fraction): c for c in data.curve_comparisons}
+    by_key = {
+        (c.task, c.features, c.train_fraction): c
+        for c in [*data.curve_comparisons, *data.token_comparisons]
+    }
     rows = []
     for task, features in dict.fromkeys(key[:2] for key in data.curve_cells):
         # curve_cells is in display order; an encoder may have curves and no other runs
@@ -64,10 +69,7 @@ def curve_rows(data: ReportData) -> list[CurveRow]:
                     features,
                     label,
                     [_marked_difference(c, data) for c in comparisons],
-                    [
-                        "" if c is None else f"{p_equals(c.p_value)}; {c.method}"
-                        for c in comparisons
-                    ],
+                    ["" if c is None else test_hover(c) for c in comparisons],
                     difference=True,
                 )
             )
@@ -78,7 +80,7 @@ def _marked_difference(comparison: EncoderComparison | None, data: ReportData) -
     if comparison is None:
         return "–"
     mark = significance_mark(comparison.significant(data.significance.alpha), data.no_verdicts)
-    return pct(comparison.difference, signed=True) + mark
+    return with_interval(comparison) + mark
 
 
 def table(data: ReportData) -> Table | None:
@@ -101,8 +103,14 @@ def table(data: ReportData) -> Table | None:
         ],
         group_starts([(r.task, r.features) for r in rows]),
         note_before="Test score by fraction of the task's training sentences, mean ± std over"
-        " seeds. Difference rows: trained biLM minus its token layer under random LSTMs, in"
-        f" points; *: significant (p < {data.significance.alpha}, paired test as above).",
+        " runs. Difference rows: trained biLM minus its token layer under random LSTMs, in"
+        " points [95% CI]; at 100% the comparison of the encoders' table.",
+        note=" ".join(
+            [
+                test_method(data.significance.alpha, data.significance.bootstrap_samples),
+                family_note(data.curve_comparisons),
+            ]
+        ),
     )
 
 

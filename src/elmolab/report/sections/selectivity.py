@@ -3,36 +3,42 @@ probe on the same features, its table and its block of ``summary.json``."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from elmolab.report.data import ReportData
-from elmolab.report.format import json_number, pct
+from elmolab.report.format import (
+    family_note,
+    json_number,
+    json_test,
+    pct,
+    test_hover,
+    test_method,
+    with_interval,
+)
 from elmolab.report.layout import Table, TableCell, columns_of, number
 
-
-def selectivity_rows(data: ReportData) -> list[tuple[str, str, str, str, str, str]]:
-    """(task, features, encoder, task accuracy, control accuracy, selectivity ± std (n))."""
-    rows = []
-    for s in data.selectivity:
-        spread = "" if math.isnan(s.std) else f" ± {pct(s.std)}"
-        rows.append(
-            (
-                s.task,
-                s.features,
-                s.encoder,
-                pct(s.task_accuracy),
-                pct(s.control_accuracy),
-                f"{pct(s.mean)}{spread} ({len(s.values)})",
-            )
-        )
-    return rows
+SELECTIVITY_METHOD = (
+    "Selectivity: the probe's test accuracy on the task minus its accuracy on the control task"
+    " (random labels per word type) with the same features, encoder and seed (Hewitt and Liang"
+    " 2019): high where the features hold the task, not only the probe's capacity to memorise."
+)
 
 
 def table(data: ReportData) -> Table | None:
-    rows = selectivity_rows(data)
-    if not rows:
+    if not data.selectivity:
         return None
+    rows = [
+        [
+            TableCell(s.task),
+            TableCell(s.features),
+            TableCell(data.display.label(s.encoder, short=True)),
+            number(pct(s.task_accuracy)),
+            number(pct(s.control_accuracy)),
+            number(with_interval(s), test_hover(s)),
+            number(str(len(s.values))),
+        ]
+        for s in data.selectivity
+    ]
     return Table(
         columns_of(
             "task",
@@ -40,15 +46,24 @@ def table(data: ReportData) -> Table | None:
             "encoder",
             "task accuracy",
             "control accuracy",
-            "selectivity ± std (n)",
+            ("selectivity", "points [95% CI]"),
+            "runs",
         ),
-        [[*map(TableCell, row[:3]), *map(number, row[3:])] for row in rows],
+        rows,
         [False] * len(rows),
+        note_before=SELECTIVITY_METHOD,
+        note=" ".join(
+            [
+                test_method(data.significance.alpha, data.significance.bootstrap_samples),
+                family_note(data.selectivity),
+            ]
+        ),
     )
 
 
 def summary(data: ReportData) -> list[dict[str, Any]]:
-    """Per task, feature mode and encoder: both accuracies and the selectivity over seeds."""
+    """Per task, feature mode and encoder: both accuracies and the selectivity over runs, with
+    its test."""
     return [
         {
             "task": s.task,
@@ -59,6 +74,8 @@ def summary(data: ReportData) -> list[dict[str, Any]]:
             "mean": s.mean,
             "std": json_number(s.std),
             "values": list(s.values),
+            "difference": s.difference,
+            **json_test(s),
         }
         for s in data.selectivity
     ]
