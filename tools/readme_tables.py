@@ -4,12 +4,13 @@ roles and the control tasks from its composed config (``params.yaml``).
 
     .venv/bin/python tools/readme_tables.py [WORKSPACE] [--start EPOCH --end EPOCH]
 
-Prints README's results table (``--readme``: that table alone, as README holds it), the main table
-(per task: the trained biLM's best single layer against its scalar mix with
-the report's verdict and p-value, each baseline encoder's best layer and mix), the pretraining
-figures (perplexities against the unigram model, the stateless ratios, the validation curve), the
-probe runs and how many hit the epoch cap, the online-code and conditional-probing tables, the
-probe time the information measures took, and the scalar mix's weights on the tree tasks. With
+Prints README's results (``--readme``: them alone, as README holds them: the report's claims and
+a table per task of the means), the report's own sections that docs/results.md quotes (claims,
+main result, layer panel, task model, selectivity, online code, conditional probing: copied from
+``summary.md``, so they read as the report does), the pretraining figures (perplexities against
+the unigram model, the stateless ratios, the validation curve), the probe runs and how many hit
+the epoch cap, the probe time the information measures took, and the scalar mix's weights on the
+tree tasks. With
 ``--start`` and ``--end`` (seconds since the epoch around ``make run``), also each stage's wall
 time, read from when its outputs were last written (a stage ends with its last output file).
 """
@@ -47,55 +48,59 @@ def header(*columns: str) -> list[str]:
     return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
 
 
-def main_table(summary: dict[str, Any], display: Display) -> list[str]:
-    main_encoder = display.main
-    baselines = [encoder for encoder in display.encoders if encoder != main_encoder]
-    lines = header(
-        "task",
-        f"best single layer ({main_encoder}, on dev)",
-        "its score",
-        "scalar mix",
-        *(f"{encoder} (best layer · mix)" for encoder in baselines),
-    )
-    comparisons = {(c["task"], c["encoder"]): c for c in summary["comparisons"]}
-    for task, cells in summary["probes"].items():
-        main = comparisons.get((task, main_encoder))
-        if main is None or display.is_control(task):  # as the report's main table
-            continue
-        best = cells[main["best_layer"]][main_encoder]
-        metric = best["metric"]
-        label = "1-NN F1" if metric == "f1" else SHORT_METRICS.get(metric, metric)
-        mix = cells.get("scalar_mix", {}).get(main_encoder)
-        if mix is None or not mix.get("applicable", True) or main.get("p_value") is None:
-            mix_text = "–"
-        else:
-            verdict = SHORT_VERDICTS.get(main["verdict"], main["verdict"])
-            test = "" if verdict == "n.s." else f", {p_equals(main['p_value'])}"
-            mix_text = f"{mean_std(mix)} ({verdict}{test})"
-        texts = []
-        for encoder in baselines:
-            control = comparisons.get((task, encoder))
-            if control is None:
-                texts.append("–")
-                continue
-            control_mix = cells.get("scalar_mix", {}).get(encoder)
-            applicable = control_mix is not None and control_mix.get("applicable", True)
-            mix_value = pct(control_mix["mean"]) if applicable else "–"
-            texts.append(f"{pct(control['best_layer_mean'])} · {mix_value}")
-        lines.append(
-            f"| {task} ({label}) | {main['best_layer']} | {mean_std(best)} | {mix_text} | "
-            + " | ".join(texts)
-            + " |"
-        )
+# The report's sections docs/results.md quotes, by their summary.md headings.
+QUOTED_SECTIONS = (
+    "Claims",
+    "Main result",
+    "What each layer encodes",
+    "ELMo in a task model",
+    "Selectivity",
+    "Online code (description length)",
+    "Information beyond layer 0 (conditional probing)",
+)
+
+
+def report_sections(workspace: Path, headings: tuple[str, ...]) -> list[str]:
+    """The report's ``summary.md`` sections with these ``headings``, each whole (its heading down
+    to the next), figures left out."""
+    text = (workspace / "artifacts/report/summary.md").read_text(encoding="utf-8")
+    blocks = {}
+    for block in text.split("\n## ")[1:]:
+        heading, _, body = block.partition("\n")
+        blocks[heading.strip()] = [
+            line for line in body.strip().splitlines() if not line.startswith("![")
+        ]
+    lines: list[str] = []
+    for heading in headings:
+        if heading in blocks:
+            lines += [f"### {heading}", "", *blocks[heading], ""]
+    return lines
+
+
+def claims_table(summary: dict[str, Any]) -> list[str]:
+    """The report's claims, compact: claim, effect [95% CI], Holm-adjusted p, verdict."""
+    lines = header("claim", "effect [95% CI]", "p (Holm)", "verdict")
+    for c in summary["claims"]["claims"]:
+        effect = "–"
+        if c["effect"] is not None:
+            effect = f"{c['effect']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]"
+        p = "–" if c["p_value"] is None else p_equals(c["p_value"]).removeprefix("p ").strip("= ")
+        lines.append(f"| {c['claim']} ({c['measure']}) | {effect} | {p} | {c['verdict']} |")
     return lines
 
 
 def readme_table(summary: dict[str, Any], display: Display) -> list[str]:
     """README's "Results" table: per task of the layer panel (its family), the main encoder's
-    (the trained biLM's) best single layer (chosen on dev) and its scalar mix, and the best layer
-    of the encoders in the baseline roles (report.encoders: random, token_layer)."""
+    (the trained biLM's) best single layer (chosen on dev) and its scalar mix, and the scalar mix
+    of the encoders in the baseline roles (report.encoders: random, token_layer; all instances),
+    means over runs."""
     lines = header(
-        "task", "family", "trained: best layer", "scalar mix", "random init", "token layer"
+        "task",
+        "family",
+        "trained: best layer",
+        "scalar mix",
+        "random init (mix)",
+        "token layer (mix)",
     )
     comparisons = {(c["task"], c["encoder"]): c for c in summary["comparisons"]}
     for row in summary["layer_panel"]["tasks"]:
@@ -110,8 +115,8 @@ def readme_table(summary: dict[str, Any], display: Display) -> list[str]:
         mix = cells.get("scalar_mix", {}).get(display.main)
         applicable = mix is not None and mix.get("applicable", True)
         baselines = [
-            pct(comparisons[(task, encoder)]["best_layer_mean"])
-            if (task, encoder) in comparisons
+            pct(cell["mean"])
+            if (cell := cells.get("scalar_mix", {}).get(str(encoder))) and cell.get("n")
             else "–"
             for encoder in (display.random, display.token_layer)
         ]
@@ -149,48 +154,6 @@ def pretraining(summary: dict[str, Any], workspace: Path) -> list[str]:
     lines.append(
         f"probe runs: {training['trained_runs']:,}, at the epoch cap: {training['hit_epoch_cap']}"
     )
-    return lines
-
-
-def online_code_table(summary: dict[str, Any], display: Display) -> list[str]:
-    cells = {
-        (c["task"], c["features"], c["encoder"]): c["compression"]
-        for c in summary["online_code"]["cells"]
-    }
-    tasks = list(dict.fromkeys(task for task, _, _ in cells))
-    lines = header("task", "features", *display.encoders)
-    for task in tasks:
-        for mode in display.features:
-            values = [cells.get((task, mode, encoder)) for encoder in display.encoders]
-            if all(v is None for v in values):
-                continue
-            texts = ["–" if v is None else f"{v['mean']:.2f} ± {v['std']:.2f}" for v in values]
-            lines.append(f"| {task} | {mode} | " + " | ".join(texts) + " |")
-    return lines
-
-
-def conditional_table(summary: dict[str, Any], display: Display) -> list[str]:
-    gains = {
-        (g["task"], g["mode"], g["encoder"]): g for g in summary["conditional_probing"]["gains"]
-    }
-    tasks = list(dict.fromkeys(task for task, _, _ in gains))
-    lines = header("task", "probe reads", *(f"{e}: bits / points" for e in display.encoders))
-
-    def cell(gain: dict[str, Any] | None) -> str:
-        if gain is None:
-            return "–"
-        bits, points = gain["test_bits_gain"], gain["metric_gain"]
-        star = {True: " *", False: ""}
-        return (
-            f"{bits['mean']:+.3f} ± {bits['std']:.3f}{star[bool(bits.get('significant'))]} / "
-            f"{100 * points['mean']:+.2f} ± {100 * points['std']:.2f}"
-            f"{star[bool(points.get('significant'))]}"
-        )
-
-    for task in tasks:
-        for mode, label in CONDITIONED:
-            row = [cell(gains.get((task, mode, encoder))) for encoder in display.encoders]
-            lines.append(f"| {task} | layer0 + {label} | " + " | ".join(row) + " |")
     return lines
 
 
@@ -244,8 +207,8 @@ def stage_times(workspace: Path, start: float, end: float) -> list[str]:
     outputs: dict[str, list[Path]] = {  # a stage's output folders
         "prepare": [artifacts / "corpus"],
         "pretrain": [artifacts / "bilm"],
-        "pretrain_random": [artifacts / "bilm_random"],
-        "token_control": [artifacts / "bilm_token"],
+        "pretrain_random": sorted(artifacts.glob("bilm_random*")),  # every instance
+        "token_control": sorted(artifacts.glob("bilm_token*")),
     }
     features = artifacts / "features"
     encoders = sorted(features.iterdir()) if features.is_dir() else []
@@ -281,15 +244,14 @@ def main() -> None:
     args = parser.parse_args()
     summary = json.loads((args.workspace / "artifacts/report/summary.json").read_text())
     display = Display.of(load_params(args.workspace / "params.yaml"))
+    readme = [claims_table(summary), readme_table(summary, display)]
     if args.readme:
-        print("\n".join(readme_table(summary, display)))
+        print("\n\n".join("\n".join(block) for block in readme))
         return
     blocks = [
-        readme_table(summary, display),
-        main_table(summary, display),
+        *readme,
+        report_sections(args.workspace, QUOTED_SECTIONS),
         pretraining(summary, args.workspace),
-        online_code_table(summary, display),
-        conditional_table(summary, display),
         information_time(summary),
         tree_mixes(summary, args.workspace, display),
     ]

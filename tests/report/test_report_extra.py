@@ -301,7 +301,8 @@ def test_trained_vs_token_layer_is_significant_only_where_the_counts_differ():
     )
     (line,) = sections.encoders.token_finding(data)
     assert line == (
-        "Trained biLM vs its token layer with random LSTMs (p < 0.05): significantly better on "
+        "Trained biLM vs its token layer with random LSTMs (Holm-adjusted p < 0.05): significantly"
+        " better on "
         "upos (layer1); not significant on upos (layer0, layer2)."
     )
 
@@ -401,7 +402,7 @@ def test_the_report_shows_three_encoders_and_the_new_sections(complete_report):
     assert 'alt="probe learning curves"' in page
     assert (out / "figures" / "probe_learning_curves.png").read_bytes()[:4] == b"\x89PNG"
     main_result = page[page.index('id="main-result"') : page.index('id="pretraining"')]
-    assert "Trained biLM vs its token layer with random LSTMs (p &lt; 0.05)" in main_result
+    assert "Trained biLM vs its token layer with random LSTMs (Holm-adjusted p &lt; 0.05)" in main_result
     assert "significantly better on" in main_result and "deparc (layer1" in main_result
     assert "xpos (all modes)" in main_result  # the fixture's token_only is far below trained
     assert "token layer encoder<br>" in main_result and "trained − token layer" in main_result

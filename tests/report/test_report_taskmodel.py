@@ -67,4 +67,4 @@ def test_the_trained_bilm_is_tested_against_random_init(tmp_path):
     assert first["difference"] == pytest.approx(first["encoder_mean"] - first["baseline_mean"])
     markdown = (out / "summary.md").read_text()
     assert "## Trained biLM vs random init" in markdown
-    assert "Trained biLM vs random init (p < 0.05):" in markdown
+    assert "Trained biLM vs random init (Holm-adjusted p < 0.05):" in markdown

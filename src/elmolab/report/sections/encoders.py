@@ -137,7 +137,7 @@ def _encoder_finding(
     ]
     if not parts:
         return []
-    return [f"Trained biLM vs {baseline} (p < {alpha}): {'; '.join(parts)}."]
+    return [f"Trained biLM vs {baseline} (Holm-adjusted p < {alpha}): {'; '.join(parts)}."]
 
 
 def token_layer_table(data: ReportData) -> Table | None:

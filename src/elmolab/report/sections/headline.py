@@ -147,25 +147,10 @@ def findings(data: ReportData) -> list[str]:
         }
         parts = [f"{v} on {', '.join(t)}" for v, t in groups.items() if t]
         lines.append(
-            f"Scalar mix vs best single layer ({main} biLM, p < {data.significance.alpha}): "
+            f"Scalar mix vs best single layer ({main} biLM, Holm-adjusted p <"
+            f" {data.significance.alpha}): "
             f"{'; '.join(parts)}."
         )
-    by_key = {(c.task, c.encoder): c for c in data.comparisons}
-    for baseline in baseline_encoders(data):
-        gains = [
-            (task, by_key[task, main].best_layer.mean - by_key[task, baseline].best_layer.mean)
-            for task in data.tasks
-            if (task, main) in by_key and (task, baseline) in by_key
-        ]
-        if gains:
-            name = data.display.label(main)
-            lines.append(
-                f"{name[0].upper()}{name[1:]} vs {data.display.label(baseline)}, best single layer "
-                f"each: {data.display.label(main, short=True)} ahead on "
-                f"{sum(gain > 0 for _, gain in gains)} of {len(gains)} tasks "
-                f"({', '.join(f'{task} {pct(gain, signed=True)}' for task, gain in gains)} "
-                "points)."
-            )
     lines += random_finding(data)
     lines += token_finding(data)
     if rows:
