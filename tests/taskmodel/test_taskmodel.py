@@ -215,6 +215,8 @@ def test_controls_that_share_an_instance_or_a_name_are_rejected() -> None:
     with pytest.raises(ElmolabError, match=r"controls\.trained: its pooled input elmo_trained"):
         summary_inputs(inputs, {"trained": {"random": 1, "random_2": 2}})
     assert summary_inputs(inputs, {}) == {name: [name] for name in inputs}
+    one = summary_inputs(inputs[:3], {"token_layer": {"random": 1, "token_only": 2}})
+    assert one == {name: [name] for name in inputs[:3]}  # one instance: nothing to pool
 
 
 @pytest.fixture(scope="module")

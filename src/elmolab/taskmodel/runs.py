@@ -436,8 +436,9 @@ def summary_inputs(
 ) -> dict[str, list[str]]:
     """The summary's inputs -> the run inputs each pools, in ``inputs``' order: the instances of
     a control (``controls``: its name -> instance encoder -> draw seed) among the ``elmo_``
-    inputs pool into ``elmo_<control>``; every other input is its own. An ElmolabError names a
-    control that shares an instance with another or whose pooled name is another input's."""
+    inputs pool into ``elmo_<control>`` (where there are two or more); every other input is its
+    own. An ElmolabError names a control that shares an instance with another or whose pooled
+    name is another input's."""
     owner: dict[str, str] = {}
     for control, instances in controls.items():
         for instance in instances:
@@ -456,7 +457,9 @@ def summary_inputs(
     pooled: dict[str, list[str]] = {}
     for name in inputs:
         pooled.setdefault(owner.get(name, name), []).append(name)
-    return pooled
+    # A control with one instance among the inputs has nothing to pool: that encoder is its own
+    # input, with every seed.
+    return {runs[0] if len(runs) == 1 else name: runs for name, runs in pooled.items()}
 
 
 def summarize(
