@@ -16,6 +16,7 @@ from fixtures.report.fake_artifacts import (
     build_report,
     gather_report,
     report_data,
+    task_model_runs,
     write,
     write_pretraining,
     write_probe_runs,
@@ -402,7 +403,8 @@ def test_the_report_shows_three_encoders_and_the_new_sections(complete_report):
     assert 'alt="probe learning curves"' in page
     assert (out / "figures" / "probe_learning_curves.png").read_bytes()[:4] == b"\x89PNG"
     main_result = page[page.index('id="main-result"') : page.index('id="pretraining"')]
-    assert "Trained biLM vs its token layer with random LSTMs (Holm-adjusted p &lt; 0.05)" in main_result
+    line = "Trained biLM vs its token layer with random LSTMs (Holm-adjusted p &lt; 0.05)"
+    assert line in main_result
     assert "significantly better on" in main_result and "deparc (layer1" in main_result
     assert "xpos (all modes)" in main_result  # the fixture's token_only is far below trained
     assert "token layer encoder<br>" in main_result and "trained − token layer" in main_result
@@ -460,12 +462,9 @@ def test_html_and_markdown_render_every_table_of_one_model(tmp_path):
     """index.html and summary.md come from the same Table objects: every header and every cell
     of every section shows in both (Markdown as its pipe rows, HTML as its cells)."""
     write_complete_artifacts(tmp_path)
-    results = [  # the task model stage's summary of two inputs, two seeds
-        {"input": name, "seed": seed, "test_f1": 80.0 + seed + (name != "baseline"), "dev_f1": 81}
-        for name in ("baseline", "elmo_trained")
-        for seed in (1, 2)
-    ]
-    summary = summarize(results, ["baseline", "elmo_trained"])
+    # the task model stage's summary of two inputs, two seeds
+    results = task_model_runs({"baseline": [81.0, 82.0], "elmo_trained": [82.0, 83.0]})
+    summary = summarize(results, {"baseline": ["baseline"], "elmo_trained": ["elmo_trained"]}, 20)
     write(tmp_path / "artifacts" / "taskmodel" / "metrics.json", summary)
     data, config = gather_report(tmp_path, polysemy=False)
     out = tmp_path / "artifacts" / "report"

@@ -4,28 +4,33 @@ a report without it says what is missing. And the trained biLM tested against ra
 
 import json
 
-import numpy as np
 import pytest
-from fixtures.report.fake_artifacts import build_report, write, write_fake_artifacts
+from fixtures.report.fake_artifacts import (
+    build_report,
+    task_model_runs,
+    write,
+    write_fake_artifacts,
+)
 
 from elmolab.taskmodel.runs import markdown_table, summarize
 
-INPUTS = ["baseline", "elmo_trained", "elmo_random", "finetune_trained"]
-TEST_F1 = {  # input -> test F1 of seeds 1, 2, 3
+TEST_F1 = {  # run input -> target test F1 of seeds 1, 2, 3
     "baseline": [80.0, 80.6, 80.3],
     "elmo_trained": [84.1, 84.9, 84.4],
     "elmo_random": [80.2, 80.1, 80.9],
+    "elmo_random_2": [79.8, 80.4, 80.0],
     "finetune_trained": [84.5, 85.3, 84.6],
+}
+POOLED = {  # summary input -> its runs' inputs: the random control pools two instances
+    "baseline": ["baseline"],
+    "elmo_trained": ["elmo_trained"],
+    "elmo_random": ["elmo_random", "elmo_random_2"],
+    "finetune_trained": ["finetune_trained"],
 }
 
 
 def _summary() -> dict:
-    results = [
-        {"input": name, "seed": seed, "test_f1": f1, "dev_f1": f1 + 1.0}
-        for name, scores in TEST_F1.items()
-        for seed, f1 in zip((1, 2, 3), scores, strict=True)
-    ]
-    return summarize(results, INPUTS)
+    return summarize(task_model_runs(TEST_F1), POOLED, max_epochs=20, samples=500)
 
 
 def test_the_task_model_section_shows_every_input_and_its_gain(tmp_path):
@@ -34,15 +39,18 @@ def test_the_task_model_section_shows_every_input_and_its_gain(tmp_path):
     write(tmp_path / "artifacts" / "taskmodel" / "metrics.json", summary)
     report, out = build_report(tmp_path, polysemy=False)
     assert report["taskmodel"] == summary
-    gain = np.mean(TEST_F1["elmo_trained"]) - np.mean(TEST_F1["baseline"])
-    relative = 100 * gain / (100 - np.mean(TEST_F1["baseline"]))
+    trained = summary["vs_baseline"]["elmo_trained"]
     markdown = (out / "summary.md").read_text()
     page = (out / "index.html").read_text()
     assert "## ELMo in a task model" in markdown and 'id="task-model"' in page
     for text in (markdown, page):
-        assert f"{np.mean(TEST_F1['elmo_trained']):.2f} ± " in text
-        assert f"+{gain:.2f}" in text and f"+{relative:.1f}%" in text
-        assert "fine-tuned" in text and "against frozen: +0.33 F1" in text
+        assert f"{summary['inputs']['elmo_trained']['mean']:.2f} ± " in text
+        gain = f"{trained['effect']:+.2f} [{trained['low']:+.2f}, {trained['high']:+.2f}]"
+        assert gain in text and f"{100 * trained['relative']:+.1f}%" in text
+        assert "random init (frozen, 2 instances)" in text and "| 3 x 2 |" in markdown
+        assert "p (Holm)" in text and "Holm-adjusted over the 3 inputs compared" in text
+        assert "0 of 15 runs hit the epoch cap (20 epochs)" in text
+        assert "fine-tuned" in text and "against frozen: +" in text
     assert "finetune_trained against elmo_trained" in markdown_table(summary)
 
 

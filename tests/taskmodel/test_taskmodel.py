@@ -5,7 +5,6 @@ file that does not match the labels fails with one line."""
 import dataclasses
 import json
 import logging
-import math
 import shutil
 from pathlib import Path
 
@@ -21,19 +20,24 @@ from elmolab.data.catalogue import data_catalog
 from elmolab.data.labels import LabelVocabulary
 from elmolab.elmo import batch_to_ids
 from elmolab.models.bilm import BiLM, BiLMOptions
+from elmolab.probing.metrics import span_f1_of_counts
+from elmolab.report.significance import adjust, compare
 from elmolab.taskmodel.data import PadBatch, TaggingSplit, WordVocabulary
 from elmolab.taskmodel.model import BiLstmCrfTagger, FineTunedLayers, TaggerShape
 from elmolab.taskmodel.runs import (
     TaskData,
-    error_reduction,
     fine_tuned_encoder,
     input_splits,
     load_task_data,
+    run_scores,
     run_taskmodel,
+    summarize,
+    summary_inputs,
     tagging_task,
     train_one,
 )
 from tests.conftest import expect_error
+from tests.fixtures.report.fake_artifacts import task_model_runs
 from tests.fixtures.workspace import FIXTURE_OPTIONS, make_workspace
 
 TAGS = ["B-X", "I-X", "O"]
@@ -75,10 +79,11 @@ def _synthetic(sentences: int, seed: int, signal_in_layers: bool) -> TaggingSpli
 def _config(**changes) -> TaskModelConfig:
     values = dict(
         task="toy", unseen=None, features_dir="", token_encoder="trained", mix_encoders=[],
-        seeds=[1], max_epochs=10, patience=10, batch_size=16, eval_batch_size=64, lr=0.01,
-        mix_lr=0.05, l2_lambda=0.0, word_dim=0, min_word_count=1, hidden_dim=16, lstm_layers=1,
-        dropout=0.0, gradient_clip=5.0, standardize=False, num_threads=1, finetune_encoders=[],
-        finetune_lr=3e-4,
+        seeds=[1], control_seeds=[1], max_epochs=10, patience=10, batch_size=16,
+        eval_batch_size=64, lr=0.01, mix_lr=0.05, l2_lambda=0.0, word_dim=0, min_word_count=1,
+        hidden_dim=16, lstm_layers=1, dropout=0.0, gradient_clip=5.0, standardize=False,
+        num_threads=1, finetune_encoders=[], finetune_lr=3e-4, bootstrap_samples=500,
+        bootstrap_seed=0,
     )  # fmt: skip
     values.update(changes)
     return TaskModelConfig(**values)
@@ -122,14 +127,96 @@ def test_a_run_drops_lightnings_litlogger_tip_and_keeps_its_other_lines(
     assert not any("litlogger" in m for m in messages), messages
 
 
-def test_error_reduction_by_hand() -> None:
-    found = error_reduction([90.0, 92.0], [92.5, 93.5])
-    assert found["absolute"] == pytest.approx(2.0)
-    assert found["relative"] == pytest.approx(100 * 2.0 / 9.0)  # error 9 -> 7
-    # differences 2.5 and 1.5: t = 2 / (sqrt(0.5) / sqrt(2)) = 4 on 1 degree of freedom, whose
-    # two-sided p-value is 1 - 2 atan(4) / pi (Student's t with 1 df is Cauchy)
-    assert found["p_value"] == pytest.approx(1 - 2 * math.atan(4) / math.pi)
-    assert error_reduction([90.0], [92.0])["p_value"] is None
+def test_a_run_stops_by_patience_long_before_its_epoch_cap() -> None:
+    """Early stopping on dev F1: a task learned in a few epochs stops ``patience`` epochs after
+    its best, scored at that best epoch, and is not counted as hitting the cap."""
+    data = TaskData(TOY, {}, LabelVocabulary(TAGS), {}, WordVocabulary([], 1), {}, {})
+    splits = {role: _synthetic(120, seed, False) for seed, role in enumerate(SPLIT_ROLES)}
+    config = _config(max_epochs=60, patience=2, lr=0.05)
+    result, _ = train_one(config, data, splits, seed=1, label="baseline/seed1")
+    assert result["epochs"] < 60 and not result["hit_epoch_cap"], result["history"]
+    assert result["epochs"] == result["best_epoch"] + 2 == len(result["history"])
+    assert result["dev_f1"] == max(e["dev_f1"] for e in result["history"])
+    capped, _ = train_one(_config(max_epochs=2), data, splits, seed=1, label="baseline/seed1")
+    assert capped["epochs"] == 2 and capped["hit_epoch_cap"]
+
+
+def test_the_summary_tests_each_input_against_the_baseline_holm_adjusted() -> None:
+    """A synthetic study with a known effect: +5 F1 points for elmo_trained, none for
+    elmo_random (5 seeds each, 3,000 test sentences)."""
+    runs = task_model_runs(
+        {"baseline": [80.0] * 5, "elmo_trained": [85.0] * 5, "elmo_random": [80.0] * 5}
+    )
+    pooled = {name: [name] for name in ("baseline", "elmo_trained", "elmo_random")}
+    summary = summarize(runs, pooled, max_epochs=20, samples=1000)
+    f1 = {name: row["test_f1"] for name, row in summary["inputs"].items()}
+    base = np.mean(f1["baseline"])
+    trained, random = summary["vs_baseline"]["elmo_trained"], summary["vs_baseline"]["elmo_random"]
+    assert trained["effect"] == pytest.approx(np.mean(f1["elmo_trained"]) - base)
+    assert trained["low"] < 5.0 < trained["high"] and trained["low"] > 3.0
+    assert trained["p_adjusted"] < 0.001 and trained["detectable"] < 2.0
+    assert trained["relative"] == pytest.approx(trained["effect"] / (100 - base))
+    assert random["low"] < 0.0 < random["high"] and random["p_value"] > 0.05
+    assert [trained["p_adjusted"], random["p_adjusted"]] == pytest.approx(
+        adjust([trained["p_value"], random["p_value"]], "holm")
+    )
+    assert "two-level bootstrap (1000 resamples of each side's units (5 and 5)" in trained["method"]
+    assert summary["family"] == {
+        "name": "task model: input vs baseline",
+        "tests": 2,
+        "correction": "holm",
+    }
+    row = summary["inputs"]["elmo_trained"]
+    assert row["seeds"] == [1, 2, 3, 4, 5] and row["units"] == 5 and "instances" not in row
+    assert row["std"] == pytest.approx(np.std(f1["elmo_trained"], ddof=1))
+    epochs = [r["epochs"] for r in runs if r["input"] == "elmo_trained"]
+    assert row["epochs"] == {"min": min(epochs), "mean": np.mean(epochs), "max": max(epochs)}
+    assert (summary["runs"], summary["hit_epoch_cap"], summary["max_epochs"]) == (15, 0, 20)
+
+
+def test_a_control_is_one_input_its_runs_grouped_by_instance() -> None:
+    """Three instances of the random control, two seeds each, pool into elmo_random: six runs
+    whose bootstrap draws instances first, as significance.compare does with their groups."""
+    instances = ["elmo_random", "elmo_random_2", "elmo_random_3"]
+    targets = {"baseline": [80.0] * 5, "elmo_trained": [82.0] * 5}
+    targets.update((name, [80.0 + i, 80.0 + i]) for i, name in enumerate(instances))
+    runs = task_model_runs(targets)
+    controls = {"random": {"random": 1, "random_2": 2, "random_3": 3}}
+    pooled = summary_inputs(["baseline", "elmo_trained", *instances], controls)
+    assert pooled == {
+        "baseline": ["baseline"],
+        "elmo_trained": ["elmo_trained"],
+        "elmo_random": instances,
+    }
+    summary = summarize(runs, pooled, max_epochs=20, samples=500)
+    row = summary["inputs"]["elmo_random"]
+    assert (row["instances"], row["seeds"], row["units"]) == (instances, [1, 2], 6)
+    grouped = [r for name in instances for r in runs if r["input"] == name]
+    assert row["test_f1"] == [r["test_f1"] for r in grouped]
+    scores = run_scores(grouped)
+    assert scores.groups == tuple(r["input"] for r in grouped)
+    expected = compare(
+        run_scores([r for r in runs if r["input"] == "baseline"]),
+        scores,
+        paired=False,
+        samples=500,
+        seed=0,
+    )
+    versus = summary["vs_baseline"]["elmo_random"]
+    assert (versus["low"], versus["p_value"]) == (100 * expected.low, expected.p_value)
+    assert "groups first (5 and 3)" in versus["method"]
+    assert summary["family"]["tests"] == 2
+
+
+def test_controls_that_share_an_instance_or_a_name_are_rejected() -> None:
+    inputs = ["baseline", "elmo_trained", "elmo_random", "elmo_random_2"]
+    with pytest.raises(ElmolabError, match=r"controls\.again: 'random' is already an instance"):
+        summary_inputs(inputs, {"random": {"random": 1}, "again": {"random": 2}})
+    with pytest.raises(ElmolabError, match=r"controls\.trained: its pooled input elmo_trained"):
+        summary_inputs(inputs, {"trained": {"random": 1, "random_2": 2}})
+    assert summary_inputs(inputs, {}) == {name: [name] for name in inputs}
+    one = summary_inputs(inputs[:3], {"token_layer": {"random": 1, "token_only": 2}})
+    assert one == {name: [name] for name in inputs[:3]}  # one instance: nothing to pool
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +253,8 @@ def test_the_task_is_a_span_f1_token_task_of_the_grid_with_the_task_models_unsee
 
 
 def test_the_stage_writes_every_run_and_the_summary(workspace) -> None:
+    """Every run's record, its test predictions and per-sentence chunk counts (which sum back to
+    its test F1 exactly), and the summary that tests each input against the baseline."""
     root, cfg = workspace
     config = section(cfg, "taskmodel", TaskModelConfig)
     out = root / "artifacts" / "taskmodel"
@@ -181,23 +270,51 @@ def test_the_stage_writes_every_run_and_the_summary(workspace) -> None:
         for seed in (1, 2):
             run = json.loads((out / name / f"seed{seed}" / "metrics.json").read_text())
             assert (run["input"], run["seed"], run["epochs"]) == (name, seed, 2)
+            assert run["hit_epoch_cap"]  # taskmodel.max_epochs=2
             assert (run["task"], run["metric"]) == ("ner_conll2003", "span_f1")
             assert (run["mix_weights"] is None) == (name == "baseline")
             lines = (out / name / f"seed{seed}" / "test_predictions.txt").read_text().splitlines()
             assert 0 < len(lines) <= test_sentences
+            spans = run["per_sentence_test_spans"]
+            assert len(spans["tp"]) == len(spans["pred"]) == len(spans["gold"]) == len(lines)
+            sums = (sum(spans["tp"]), sum(spans["pred"]), sum(spans["gold"]))
+            assert 100 * span_f1_of_counts(*sums) == run["test_f1"]
             runs[name, seed] = run["test_f1"]
     for name in inputs[1:]:
         base, mine = [runs["baseline", s] for s in (1, 2)], [runs[name, s] for s in (1, 2)]
         versus = summary["vs_baseline"][name]
         assert summary["inputs"][name]["mean"] == pytest.approx(np.mean(mine))
         assert summary["inputs"][name]["std"] == pytest.approx(np.std(mine, ddof=1))
-        assert versus["absolute"] == pytest.approx(np.mean(mine) - np.mean(base))
-        assert versus["relative"] == pytest.approx(
-            100 * (np.mean(mine) - np.mean(base)) / (100 - np.mean(base))
-        )
-        assert versus["test"] == "paired t-test over 2 seeds"
+        assert versus["effect"] == pytest.approx(np.mean(mine) - np.mean(base))
+        assert versus["relative"] == pytest.approx(versus["effect"] / (100 - np.mean(base)))
+        assert versus["low"] <= versus["effect"] <= versus["high"]
+        assert versus["p_value"] <= versus["p_adjusted"] <= 1
+        assert "two-level bootstrap" in versus["method"]
+    assert summary["family"]["tests"] == 3
+    assert (summary["runs"], summary["hit_epoch_cap"], summary["max_epochs"]) == (8, 8, 2)
     table = (out / "table.md").read_text()
     assert all(f"| {name} |" in table for name in inputs)
+    assert "8 of 8 runs hit the epoch cap (2 epochs)." in table
+
+
+def test_a_controls_instances_train_with_the_control_seeds_and_pool(workspace, tmp_path) -> None:
+    """With a controls section, its instances among the mix encoders train with
+    ``control_seeds`` only and are one input of the summary, tested instance first."""
+    _, cfg = workspace
+    config = dataclasses.replace(section(cfg, "taskmodel", TaskModelConfig), control_seeds=[1])
+    controls = {"noise": {"random": 1, "token_only": 2}}
+    catalog = data_catalog(section(cfg, "extract", ExtractConfig))
+    summary = run_taskmodel(config, _task(cfg, config), catalog, tmp_path / "out", None, controls)
+    assert list(summary["inputs"]) == ["baseline", "elmo_trained", "elmo_noise"]
+    row = summary["inputs"]["elmo_noise"]
+    assert (row["instances"], row["seeds"], row["units"]) == (
+        ["elmo_random", "elmo_token_only"],
+        [1],
+        2,
+    )
+    assert [p.name for p in (tmp_path / "out" / "elmo_random").iterdir()] == ["seed1"]
+    assert "groups first (2 and 2)" in summary["vs_baseline"]["elmo_noise"]["method"]
+    assert summary["runs"] == 6
 
 
 def test_features_that_do_not_match_the_labels_name_the_file(workspace, tmp_path: Path) -> None:
@@ -262,7 +379,8 @@ def test_a_fine_tuned_bilm_starts_at_the_frozen_features_and_trains(workspace) -
     assert list(summary["vs_baseline"]) == ["elmo_trained", "finetune_trained"]
     versus = summary["vs_frozen"]["finetune_trained"]
     tuned_f1, frozen_f1 = (summary["inputs"][name]["test_f1"] for name in config.inputs[2:0:-1])
-    assert versus["absolute"] == pytest.approx(np.mean(tuned_f1) - np.mean(frozen_f1))
+    assert versus["effect"] == pytest.approx(np.mean(tuned_f1) - np.mean(frozen_f1))
+    assert summary["frozen_family"]["name"] == "task model: fine-tuned vs frozen"
     assert "finetune_trained against elmo_trained" in (out / "table.md").read_text()
 
 

@@ -456,8 +456,9 @@ class TaskModelConfig:
     features_dir: str  # the extract stage's folder: <features_dir>/<encoder>/<dataset>/
     token_encoder: str  # whose layer 0 is every input's context-free vector
     mix_encoders: list[str]  # one ELMo input per encoder
-    seeds: list[int]
-    max_epochs: int
+    seeds: list[int]  # of the baseline and every input that is not a control's instance
+    control_seeds: list[int]  # of each instance of a control (the grouped test's unit: instance)
+    max_epochs: int  # a cap early stopping should stop well before
     patience: int  # epochs without a better dev F1 before stopping
     batch_size: int  # sentences per training batch
     eval_batch_size: int  # sentences per evaluation batch
@@ -474,6 +475,8 @@ class TaskModelConfig:
     num_threads: int  # torch threads
     finetune_encoders: list[str]  # one fine-tuned input per encoder (its biLM trains too)
     finetune_lr: float  # Adam's learning rate of a fine-tuned biLM's parameters
+    bootstrap_samples: int  # resamples of the two-level bootstrap comparing inputs
+    bootstrap_seed: int  # its generator's seed
     inputs: list[str] = field(default_factory=list)  # filled in: baseline, elmo_<encoder>, ...
 
     def __post_init__(self) -> None:
@@ -485,8 +488,9 @@ class TaskModelConfig:
 
     def check(self) -> None:
         """Reject settings that cannot run, naming the key."""
-        if not self.seeds:
-            raise ElmolabError("taskmodel.seeds: at least one seed")
+        for key in ("seeds", "control_seeds"):
+            if not getattr(self, key):
+                raise ElmolabError(f"taskmodel.{key}: at least one seed")
         if self.unseen not in (None, "raise", "keep"):
             raise ElmolabError(f"taskmodel.unseen: 'raise', 'keep' or null, not {self.unseen!r}")
         for key in ("mix_encoders", "finetune_encoders"):
@@ -495,7 +499,8 @@ class TaskModelConfig:
                 raise ElmolabError(f"taskmodel.{key}: repeated names in {names}")
         if self.finetune_encoders and not self.finetune_lr > 0:
             raise ElmolabError(f"taskmodel.finetune_lr: {self.finetune_lr} is not positive")
-        for key in ("max_epochs", "batch_size", "eval_batch_size", "hidden_dim", "lstm_layers"):
+        keys = ("max_epochs", "patience", "batch_size", "eval_batch_size", "hidden_dim")
+        for key in (*keys, "lstm_layers", "bootstrap_samples"):
             if getattr(self, key) < 1:
                 raise ElmolabError(f"taskmodel.{key}: must be at least 1")
         if not 0.0 <= self.dropout < 1.0:

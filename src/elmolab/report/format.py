@@ -4,7 +4,7 @@ two decimals; "mean ± std" is over seeds, sample std), and as values for ``summ
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from elmolab.report.information import PerSeed, TestedDifference
@@ -186,3 +186,18 @@ def json_tested(difference: TestedDifference, alpha: float) -> dict[str, Any]:
         **json_test(difference),
         "significant": difference.significant(alpha),
     }
+
+
+def gain_cells(versus: Mapping[str, Any]) -> list[str]:
+    """A comparison's gain with its 95% interval, relative error reduction and adjusted p, as
+    text ("–" where not tested)."""
+    gain = f"{versus['effect']:+.2f}"
+    if versus["low"] is not None:
+        gain += f" [{versus['low']:+.2f}, {versus['high']:+.2f}]"
+    relative = versus["relative"]
+    p_value = versus["p_adjusted"]
+    return [
+        gain,
+        "–" if relative is None else f"{100 * relative:+.1f}%",
+        p_text(p_value),
+    ]

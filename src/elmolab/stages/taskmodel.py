@@ -3,8 +3,9 @@ scalar mix (config: ``taskmodel``, its task ``grid.tasks.<taskmodel.task>``, and
 datasets; the library is :mod:`elmolab.taskmodel`).
 
 Output (``artifacts/taskmodel/``): every input of ``taskmodel.mix_encoders`` and the baseline,
-every seed, and the summary in ``metrics.json`` and ``table.md``. It reads the cached features of
-``taskmodel.features_dir``.
+every seed, and the summary in ``metrics.json`` and ``table.md``, where the instances of each
+control of the ``controls`` section (if the config has one) are one input. It reads the cached
+features of ``taskmodel.features_dir``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from elmolab.core.config import run_stage, section
 from elmolab.core.schema import ExtractConfig, GridConfig, TaskModelConfig
@@ -25,7 +26,9 @@ def run(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     config = section(cfg, "taskmodel", TaskModelConfig)
     task = tagging_task(config, section(cfg, "grid", GridConfig).tasks)
     extract = section(cfg, "extract", ExtractConfig)
-    return run_taskmodel(config, task, data_catalog(extract), out_dir, extract.encoders)
+    controls = OmegaConf.select(cfg, "controls", default=None)
+    controls = {} if controls is None else OmegaConf.to_container(controls)
+    return run_taskmodel(config, task, data_catalog(extract), out_dir, extract.encoders, controls)
 
 
 def main(conf_dir: Path, argv: list[str] | None = None) -> None:

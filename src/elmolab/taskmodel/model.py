@@ -27,6 +27,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from torchcrf import CRF
 
+from elmolab import native
 from elmolab.data.labels import LabelVocabulary, TaskMetric
 from elmolab.elmo import Elmo
 from elmolab.models.bilm import BiLM
@@ -98,7 +99,6 @@ class BiLstmCrfTagger(nn.Module):
         elif shape.mix_layers:
             self.elmo = Elmo.of_layers(shape.mix_layers, 1, dropout=0.0)
         width = shape.token_dim + shape.word_dim + (shape.mix_dim if shape.mix_layers else 0)
-        self.dropout = nn.Dropout(shape.dropout)
         self.lstm = nn.LSTM(
             width,
             shape.hidden_dim,
@@ -124,12 +124,17 @@ class BiLstmCrfTagger(nn.Module):
 
     def emissions(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """``(B, T, num_tags)`` the emission score of every tag at every position."""
-        x = self.dropout(self.inputs(batch))
+        x = self.dropout(self.inputs(batch))  # (B, T, width)
         packed = pack_padded_sequence(x, batch["lengths"], batch_first=True, enforce_sorted=False)
         hidden, _ = pad_packed_sequence(
             self.lstm(packed)[0], batch_first=True, total_length=x.shape[1]
         )  # (B, T, 2 * hidden_dim)
         return self.emit(self.dropout(hidden))
+
+    def dropout(self, x: torch.Tensor) -> torch.Tensor:
+        """Dropout at ``shape.dropout`` while training: ``elmolab.native``'s, whose mask costs a
+        fraction of torch's (whose ``bernoulli_`` took a sixth of a training step at batch 256)."""
+        return native.dropout(x, self.shape.dropout) if self.training else x
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The gold sequences' negative log-likelihood per token, plus the mix's L2 penalty."""

@@ -20,10 +20,17 @@ Output (``<out>``, written whole or not at all)::
     table.md                                the summary as a Markdown table
 
 F1 is span F1 in percent, scored as ``elmolab.probing.metrics`` scores the probes (conlleval's
-count, in the data's tag scheme). The error is ``100 - F1``; ``elmo_<encoder>`` against the
-baseline reports the absolute error reduction ``F1_x - F1_b`` (points) and the relative one
-``(F1_x - F1_b) / (100 - F1_b)``, of the means over seeds, with a paired t-test over seeds
-(``elmolab.report.stats.paired_t_test``).
+count, in the data's tag scheme); each run also keeps every test sentence's chunk counts
+(``per_sentence_test_spans``), so that sentences can be resampled. Each run trains until its dev
+F1 has not improved for ``patience`` epochs (at most ``max_epochs``) and is scored at its best
+dev epoch.
+
+A control (the config's ``controls``: a name -> its instance encoders, e.g. three random
+initialisations) is one input of the summary, ``elmo_<control>``, pooled over its instances
+among ``mix_encoders``, each trained with ``control_seeds``. Every input is compared with the
+baseline by the two-level bootstrap of ``elmolab.report.significance`` (units: seeds, or a
+control's (instance, seed) runs drawn instance first; and the test sentences), the p-values
+Holm-adjusted over the inputs compared (:func:`summarize`).
 """
 
 from __future__ import annotations
@@ -65,6 +72,9 @@ from elmolab.io.features import feature_path
 from elmolab.io.results import METRICS_FILE, PREDICTIONS_FILE, SEED_PREFIX
 from elmolab.models.encoder_files import encoder_files
 from elmolab.probing.datasets import FeatureDataset, standardize_layers
+from elmolab.probing.metrics import sentence_span_counts
+from elmolab.report.format import gain_cells
+from elmolab.report.significance import RunScores, adjust, compare, span_f1_counts
 from elmolab.taskmodel.data import (
     LengthSortedBatches,
     PadBatch,
@@ -295,6 +305,9 @@ def train_one(
         for batch in trainer.predict(module, loaders["test"]) or []:
             found.update(batch)  # type: ignore[arg-type]
     predicted = [found[i] for i in range(len(splits["test"]))]
+    test = splits["test"]
+    flat = torch.tensor([t for s in predicted for t in s], dtype=torch.int64)
+    spans = sentence_span_counts(flat, test.tags, test.sentence_lengths, data.vocabulary)
     mix = module.tagger.mix_summary()
     result = {
         "task": result_name(data.task),
@@ -302,7 +315,8 @@ def train_one(
         "seed": seed,
         "metric": METRIC,
         "dev_f1": float(best.best_model_score),
-        "test_f1": sentence_f1(data.vocabulary, splits["test"].gold_sentences(), predicted),
+        "test_f1": sentence_f1(data.vocabulary, test.gold_sentences(), predicted),
+        "per_sentence_test_spans": spans,
         "best_epoch": max(record.history, key=lambda e: e["dev_f1"])["epoch"],
         "epochs": len(record.history),
         "hit_epoch_cap": len(record.history) == config.max_epochs,
@@ -375,11 +389,15 @@ def run_taskmodel(
     catalog: DataCatalog,
     out_dir: Path,
     encoders: Mapping[str, Any] | None = None,
+    controls: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[str, Any]:
     """Every input and seed of ``config`` on ``task`` (:func:`tagging_task`); writes ``out_dir``
     (module docstring) and returns the summary. ``encoders`` (``extract.encoders``) locates the
-    biLMs of ``finetune_encoders``."""
+    biLMs of ``finetune_encoders``; ``controls`` (the config's section: a control -> its
+    instance encoders -> draw seed) pools instances in the summary (:func:`summary_inputs`)."""
     config.check()
+    pooled = summary_inputs(config.inputs, controls or {})
+    instances = {run for name, runs in pooled.items() if runs != [name] for run in runs}
     torch.set_num_threads(config.num_threads)
     start = time.perf_counter()
     data = load_task_data(config, task, catalog)
@@ -390,7 +408,7 @@ def run_taskmodel(
             make_encoder = None
             if name.startswith(FINETUNE_PREFIX):
                 make_encoder = fine_tuned_encoder(config, data, name, encoders or {})
-            for seed in config.seeds:
+            for seed in config.control_seeds if name in instances else config.seeds:
                 encoder = None if make_encoder is None else make_encoder()
                 label = f"{name}/seed{seed}"
                 result, predicted = train_one(config, data, splits, seed, label, encoder)
@@ -403,7 +421,9 @@ def run_taskmodel(
                 (run_dir / PREDICTIONS_FILE).write_text(text, encoding="utf-8")
                 results.append(result)
             del splits
-        summary = summarize(results, config.inputs)
+        summary = summarize(
+            results, pooled, config.max_epochs, config.bootstrap_samples, config.bootstrap_seed
+        )
         summary["wall_seconds"] = time.perf_counter() - start
         summary.update(peak_memory())
         write_json(tmp / METRICS_FILE, summary)
@@ -411,99 +431,187 @@ def run_taskmodel(
     return summary
 
 
-def summarize(results: Sequence[dict[str, Any]], inputs: Sequence[str]) -> dict[str, Any]:
-    """Per input: the test F1 of each seed, their mean and sample standard deviation (None for one
-    seed), the dev mean; per input but the baseline: its comparison (:func:`error_reduction`)."""
-    by_input: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in inputs}
-    for result in results:
-        by_input[result["input"]][result["seed"]] = result
-    table = {}
-    for name, runs in by_input.items():
-        test = [runs[seed]["test_f1"] for seed in sorted(runs)]
-        table[name] = {
-            "seeds": sorted(runs),
-            "test_f1": test,
-            "mean": float(np.mean(test)),
-            "std": float(np.std(test, ddof=1)) if len(test) > 1 else None,
-            "dev_mean": float(np.mean([runs[seed]["dev_f1"] for seed in sorted(runs)])),
-        }
-    comparisons = {name: _paired(by_input, BASELINE, name) for name in inputs[1:]}
-    frozen = {  # finetune_<encoder> against elmo_<encoder>, where both ran
-        name: _paired(by_input, MIX_PREFIX + name.removeprefix(FINETUNE_PREFIX), name)
-        for name in inputs
-        if name.startswith(FINETUNE_PREFIX)
-        and MIX_PREFIX + name.removeprefix(FINETUNE_PREFIX) in by_input
+def summary_inputs(
+    inputs: Sequence[str], controls: Mapping[str, Mapping[str, int]]
+) -> dict[str, list[str]]:
+    """The summary's inputs -> the run inputs each pools, in ``inputs``' order: the instances of
+    a control (``controls``: its name -> instance encoder -> draw seed) among the ``elmo_``
+    inputs pool into ``elmo_<control>`` (where there are two or more); every other input is its
+    own. An ElmolabError names a control that shares an instance with another or whose pooled
+    name is another input's."""
+    owner: dict[str, str] = {}
+    for control, instances in controls.items():
+        for instance in instances:
+            if MIX_PREFIX + instance in owner:
+                raise ElmolabError(
+                    f"controls.{control}: {instance!r} is already an instance of "
+                    f"{owner[MIX_PREFIX + instance].removeprefix(MIX_PREFIX)!r}"
+                )
+            owner[MIX_PREFIX + instance] = MIX_PREFIX + control
+    for name in inputs:
+        if name not in owner and name in owner.values():
+            raise ElmolabError(
+                f"controls.{name.removeprefix(MIX_PREFIX)}: its pooled input {name} is also an "
+                "input of its own (taskmodel.mix_encoders)"
+            )
+    pooled: dict[str, list[str]] = {}
+    for name in inputs:
+        pooled.setdefault(owner.get(name, name), []).append(name)
+    # A control with one instance among the inputs has nothing to pool: that encoder is its own
+    # input, with every seed.
+    return {runs[0] if len(runs) == 1 else name: runs for name, runs in pooled.items()}
+
+
+def summarize(
+    results: Sequence[dict[str, Any]],
+    pooled: Mapping[str, Sequence[str]],
+    max_epochs: int,
+    samples: int = 2000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The stage's summary of every run's ``results``, by summary input (``pooled``: each one's
+    run inputs, :func:`summary_inputs`; ``baseline`` among them).
+
+    ``inputs``, per input: the test F1 of each run (by instance, then seed), their mean and
+    sample standard deviation (None for one run), the dev mean, the runs' epochs and best
+    epochs (min, mean, max) and how many hit ``max_epochs``; a pooled control also its
+    ``instances``. ``vs_baseline``, per input but the baseline, :func:`comparison` against the
+    baseline, its p-values Holm-adjusted over that ``family``; ``vs_frozen`` (with
+    ``frozen_family``) each ``finetune_<encoder>`` against ``elmo_<encoder>``, where both ran.
+    ``samples`` and ``seed``: the bootstrap's. ``runs`` and ``hit_epoch_cap`` count all runs."""
+    runs = {
+        name: sorted(
+            (r for r in results if r["input"] in members),
+            key=lambda r: (list(members).index(r["input"]), r["seed"]),
+        )
+        for name, members in pooled.items()
     }
-    summary = {"metric": METRIC, "inputs": table, "vs_baseline": comparisons}
-    if frozen:
+    table = {name: _row(name, runs[name], pooled[name]) for name in pooled}
+    scores = {name: run_scores(runs[name]) for name in pooled}
+
+    def family(pairs: dict[str, str]) -> dict[str, dict[str, Any]]:
+        found = {
+            name: comparison(scores[reference], scores[name], samples, seed)
+            for name, reference in pairs.items()
+        }
+        adjusted = adjust([c["p_value"] for c in found.values()], "holm")
+        for c, p in zip(found.values(), adjusted, strict=True):
+            c["p_adjusted"] = p
+        return found
+
+    versus = family({name: BASELINE for name in pooled if name != BASELINE})
+    twins = {
+        name: MIX_PREFIX + name.removeprefix(FINETUNE_PREFIX)
+        for name in pooled
+        if name.startswith(FINETUNE_PREFIX)
+        and MIX_PREFIX + name.removeprefix(FINETUNE_PREFIX) in pooled
+    }
+    summary = {
+        "metric": METRIC,
+        "inputs": table,
+        "vs_baseline": versus,
+        "family": _family("task model: input vs baseline", versus),
+        "runs": len(results),
+        "hit_epoch_cap": sum(bool(r["hit_epoch_cap"]) for r in results),
+        "max_epochs": max_epochs,
+    }
+    if twins:
+        frozen = family(twins)
         summary["vs_frozen"] = frozen
+        summary["frozen_family"] = _family("task model: fine-tuned vs frozen", frozen)
     return summary
 
 
-def _paired(
-    by_input: dict[str, dict[int, dict[str, Any]]], reference: str, name: str
-) -> dict[str, Any]:
-    """Input ``name`` against input ``reference`` (:func:`error_reduction`) on their common
-    seeds."""
-    seeds = [seed for seed in sorted(by_input[name]) if seed in by_input[reference]]
-    return error_reduction(
-        [by_input[reference][seed]["test_f1"] for seed in seeds],
-        [by_input[name][seed]["test_f1"] for seed in seeds],
-    )
+def _family(name: str, comparisons: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    tested = sum(c["p_value"] is not None for c in comparisons.values())
+    return {"name": name, "tests": tested, "correction": "holm"}
 
 
-def error_reduction(baseline: Sequence[float], other: Sequence[float]) -> dict[str, Any]:
-    """``other`` against ``baseline``, F1 in percent of the same seeds in the same order.
-
-    ``absolute``: ``mean(other) - mean(baseline)`` in points, the error ``100 - F1`` reduced by
-    that much; ``relative``: that over the baseline's error ``100 - mean(baseline)``, in percent;
-    ``p_value``: a two-sided paired t-test over the seeds (None for fewer than 2)."""
-    base, mean = float(np.mean(baseline)), float(np.mean(other))
-    absolute = mean - base
-    return {
-        "absolute": absolute,
-        "relative": 100.0 * absolute / (100.0 - base) if base < 100.0 else None,
-        "p_value": paired_t_test(list(baseline), list(other)) if len(baseline) > 1 else None,
-        "test": f"paired t-test over {len(baseline)} seeds" if len(baseline) > 1 else "none",
+def _row(name: str, runs: Sequence[dict[str, Any]], members: Sequence[str]) -> dict[str, Any]:
+    """Summary input ``name``'s line (:func:`summarize`)."""
+    test = [r["test_f1"] for r in runs]
+    row: dict[str, Any] = {
+        "seeds": sorted({r["seed"] for r in runs}),
+        "units": len(runs),
+        "test_f1": test,
+        "mean": float(np.mean(test)),
+        "std": float(np.std(test, ddof=1)) if len(test) > 1 else None,
+        "dev_mean": float(np.mean([r["dev_f1"] for r in runs])),
+        "epochs": _spread([r["epochs"] for r in runs]),
+        "best_epoch": _spread([r["best_epoch"] for r in runs]),
+        "hit_epoch_cap": sum(bool(r["hit_epoch_cap"]) for r in runs),
     }
+    if list(members) != [name]:
+        row["instances"] = list(members)
+    return row
+
+
+def _spread(values: Sequence[int]) -> dict[str, float]:
+    return {"min": min(values), "mean": float(np.mean(values)), "max": max(values)}
+
+
+def run_scores(runs: Sequence[dict[str, Any]]) -> RunScores:
+    """The bootstrap's view of one summary input: per run, each test sentence's span F1
+    numerator and denominator; a unit is a seed, or, pooling several instances, an (instance,
+    seed) grouped by its instance."""
+    counts = [r["per_sentence_test_spans"] for r in runs]
+    numerators, denominators = span_f1_counts(
+        *(np.array([c[key] for c in counts]) for key in ("tp", "pred", "gold"))
+    )
+    if len({r["input"] for r in runs}) == 1:
+        return RunScores(numerators, denominators, tuple(r["seed"] for r in runs))
+    units = tuple((r["input"], r["seed"]) for r in runs)
+    return RunScores(numerators, denominators, units, tuple(r["input"] for r in runs))
+
+
+def comparison(reference: RunScores, other: RunScores, samples: int, seed: int) -> dict[str, Any]:
+    """``other`` against ``reference`` on the same test sentences, unpaired: ``effect`` (mean F1
+    difference), its 95% interval ``low`` to ``high`` and the smallest ``detectable`` effect, all
+    in F1 points; ``p_value`` (two-sided) and the test's ``method``
+    (``elmolab.report.significance.compare``); ``relative``, the share of the reference's error
+    ``100 - F1`` removed, a fraction. Fewer than 2 units (instances) a side: the effect alone,
+    the rest None."""
+    base = 100 * float(reference.scores.mean())
+    effect = 100 * float(other.scores.mean()) - base
+    found: dict[str, Any] = {
+        "effect": effect,
+        "low": None,
+        "high": None,
+        "p_value": None,
+        "detectable": None,
+        "method": "not testable: fewer than 2 units (or instances) a side",
+        "relative": effect / (100 - base) if base < 100 else None,
+    }
+    if reference.n_groups >= 2 and other.n_groups >= 2:
+        test = compare(reference, other, paired=False, samples=samples, seed=seed)
+        found.update(
+            low=100 * test.low,
+            high=100 * test.high,
+            p_value=test.p_value,
+            detectable=100 * test.detectable,
+            method=test.method,
+        )
+    return found
 
 
 def markdown_table(summary: dict[str, Any]) -> str:
-    """The summary as a Markdown table: input, test F1 mean ± std (seeds), and against the
-    baseline the absolute and relative error reduction and the p-value."""
+    """The summary as a Markdown table: input, test F1 mean ± std, runs, and against the
+    baseline the gain with its 95% interval, the relative error reduction and the Holm-adjusted
+    p-value."""
     lines = [
-        "| input | test F1 (mean ± std) | seeds | error reduction, absolute | relative | p |",
+        "| input | test F1 (mean ± std) | runs | gain [95% CI] | relative | p (Holm) |",
         "|---|---|---|---|---|---|",
     ]
     for name, row in summary["inputs"].items():
         spread = "" if row["std"] is None else f" ± {row['std']:.2f}"
-        cells = [name, f"{row['mean']:.2f}{spread}", str(len(row["seeds"]))]
+        cells = [name, f"{row['mean']:.2f}{spread}", str(row["units"])]
         versus = summary["vs_baseline"].get(name)
-        if versus is None:
-            cells += ["", "", ""]
-        else:
-            relative = versus["relative"]
-            cells += [
-                f"{versus['absolute']:+.2f}",
-                "" if relative is None else f"{relative:+.1f}%",
-                "" if versus["p_value"] is None else f"{versus['p_value']:.3g}",
-            ]
+        cells += ["", "", ""] if versus is None else gain_cells(versus)
         lines.append("| " + " | ".join(cells) + " |")
     for name, versus in summary.get("vs_frozen", {}).items():
         twin = MIX_PREFIX + name.removeprefix(FINETUNE_PREFIX)
-        p_value = "" if versus["p_value"] is None else f", p = {versus['p_value']:.3g}"
-        lines.append(
-            f"\n{name} against {twin} (fine-tuned against frozen): "
-            f"{versus['absolute']:+.2f} F1{p_value}"
-        )
+        gain, _, p_value = gain_cells(versus)
+        lines.append(f"\n{name} against {twin} (fine-tuned against frozen): {gain} F1, p {p_value}")
+    cap = f"{summary['hit_epoch_cap']} of {summary['runs']} runs hit the epoch cap"
+    lines.append(f"\n{cap} ({summary['max_epochs']} epochs).")
     return "\n".join(lines) + "\n"
-
-
-def paired_t_test(a: list[float], b: list[float]) -> float:
-    """Two-sided paired t-test p-value; identical differences give 0 (or 1 when all zero)."""
-    diff = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
-    if np.allclose(diff, diff[0]):
-        return 1.0 if math.isclose(diff[0], 0.0, abs_tol=1e-12) else 0.0
-    from scipy import stats
-
-    return float(stats.ttest_rel(b, a).pvalue)
