@@ -97,3 +97,22 @@ def test_each_family_is_corrected_on_its_own() -> None:
     assert [d.p_value for d in done] == pytest.approx([0.02, 0.04, 0.03, None])
     assert [d.family_size for d in done] == [2, 1, 2, 0]
     assert done[0].method == "m; Holm over the 2 tests of a" and done[3].method == "m"
+
+
+def test_the_task_model_claim_is_the_stages_own_test(tmp_path) -> None:
+    write_probe_runs(tmp_path, encoders=("trained", "random"))
+    data = report_data(read_probe_runs(tmp_path), families=FAMILIES)
+    versus = {"effect": 1.0, "standard_error": 0.4, "df": 10.0, "method": "m", "p_adjusted": 0.1}
+    data.taskmodel = {
+        "task": "ner",
+        "vs_baseline": {"elmo_trained": versus},
+        "family": {"tests": 3},
+    }
+    (claim,) = [c for c in claims(data) if c.text == "ELMo adds to a task model"]
+    half = stats.t.ppf(0.975, 10) * 0.4
+    assert (claim.effect.low, claim.effect.high) == pytest.approx((1 - half, 1 + half))
+    assert claim.effect.p_value == pytest.approx(2 * stats.t.sf(2.5, 10))
+    assert "Holm over its 3 inputs" in claim.evidence
+    data.taskmodel["vs_baseline"]["elmo_trained"]["standard_error"] = None  # one seed a side
+    (claim,) = [c for c in claims(data) if c.text == "ELMo adds to a task model"]
+    assert claim.effect is None and claim.verdict() == "not testable"

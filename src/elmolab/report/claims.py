@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
 from elmolab.core.schema import MIX_PREFIX
 from elmolab.report.collect import SCALAR_MIX
@@ -209,21 +208,15 @@ def _task_model(data: ReportData) -> Claim | None:
     if not summary:
         return None
     text = "ELMo adds to a task model"
-    measure = f"{summary.get('task', 'task')} test F1, + frozen mix of the trained biLM − baseline"
+    measure = "the task model's test span F1, + frozen mix of the trained biLM − baseline"
     versus = summary.get("vs_baseline", {}).get(MIX_PREFIX + str(data.display.main))
-    if not versus or versus.get("low") is None:
+    if not versus or versus.get("standard_error") is None:
         return Claim(text, measure + ", points", "higher", None, "the stage has no two-level test")
-    effect = Effect(
+    effect = t_effect(
         versus["effect"],
-        versus["low"],
-        versus["high"],
-        versus["p_value"],
-        (versus["high"] - versus["low"]) / 2 / stats.t.ppf(1 - ALPHA / 2, versus.get("df", 1e9)),
-        versus["detectable"],
-        versus.get("df", math.inf),
-        0,
-        0,
-        0,
+        versus["standard_error"],
+        versus["df"],
+        (0, 0, 0),
         versus["method"],
     )
     return Claim(

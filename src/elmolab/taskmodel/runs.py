@@ -579,6 +579,8 @@ def comparison(reference: RunScores, other: RunScores, samples: int, seed: int) 
         "high": None,
         "p_value": None,
         "detectable": None,
+        "standard_error": None,
+        "df": None,
         "method": "not testable: fewer than 2 units (or instances) a side",
         "relative": effect / (100 - base) if base < 100 else None,
     }
@@ -589,6 +591,8 @@ def comparison(reference: RunScores, other: RunScores, samples: int, seed: int) 
             high=100 * test.high,
             p_value=test.p_value,
             detectable=100 * test.detectable,
+            standard_error=100 * test.standard_error,
+            df=test.df,
             method=test.method,
         )
     return found
