@@ -40,11 +40,14 @@ def stage_commands(params: dict) -> list[tuple[str, list[str]]]:
     def script(name: str, *args: str) -> list[str]:
         return [sys.executable, str(PIPELINES / f"{name}.py"), "--params", "params.yaml", *args]
 
-    stages = [
-        ("prepare", script("prepare")),
-        ("pretrain", script("pretrain")),
-        ("pretrain_random", script("pretrain", "--random-control")),
-        ("token_control", script("token_control")),
+    stages = [("prepare", script("prepare")), ("pretrain", script("pretrain"))]
+    stages += [
+        (f"pretrain_random@{name}", script("pretrain", "--random-control", name))
+        for name in params["controls"]["random"]
+    ]
+    stages += [
+        (f"token_control@{name}", script("token_control", "--instance", name))
+        for name in params["controls"]["token_layer"]
     ]
     stages += [
         (f"extract@{name}", script("extract", f"extract.dataset={name}"))
@@ -81,7 +84,11 @@ def recorded(workspace: Path) -> list[tuple[str, float, float]]:
     """The stages' own figures in a finished workspace: (stage, peak MiB, workers' peak MiB)."""
     artifacts = workspace / "artifacts"
     groups: dict[str, list[Path]] = {}
-    own_stages = {"bilm": "pretrain", "bilm_random": "pretrain_random", "taskmodel": "taskmodel"}
+    own_stages = {"bilm": "pretrain", "taskmodel": "taskmodel"}
+    own_stages |= {
+        path.parent.name: f"pretrain_random@{path.parent.name.removeprefix('bilm_')}"
+        for path in artifacts.glob("bilm_random*/metrics.json")
+    }
     for name, stage in own_stages.items():
         if (artifacts / name / "metrics.json").is_file():
             groups[stage] = [artifacts / name / "metrics.json"]

@@ -62,6 +62,7 @@ from elmolab.core.hardware import cpu_model
 from elmolab.core.params import compose_params
 from elmolab.core.schema import (
     PRECISIONS,
+    ControlsConfig,
     ExtractConfig,
     GridConfig,
     ProbeSettings,
@@ -74,6 +75,7 @@ from elmolab.probing.engine import HeadAdam, train_step
 from elmolab.probing.heads import FitTrace
 from elmolab.probing.jobs import layer0_twins, online_code_blocks, plan_jobs
 from elmolab.probing.kinds import KINDS, ProbeTask
+from elmolab.probing.modes import CellModes
 from elmolab.probing.settings import probe_dtype, probe_precision
 from elmolab.stages.probe import probe_cell
 
@@ -348,6 +350,7 @@ def predict_stage(
     its matrix products (``rate``: FLOP/s a core, for each task's floor)."""
     grid = section(cfg, "grid", GridConfig)
     encoders = list(settings.encoders)
+    controls = section(cfg, "controls", ControlsConfig).instances()
     total = 0.0
     products = Products()
     for name in args.tasks or grid.tasks:
@@ -372,10 +375,13 @@ def predict_stage(
         splits, labels = data.splits, data.labels
         load = time.perf_counter() - started
         data = splits[args.encoder]
-        twins = layer0_twins(settings, modes, task.datasets())
+        cell_modes = CellModes.resolve(
+            modes, encoders, controls, settings.control_features, conditional=task.conditional
+        )
+        twins = layer0_twins(settings, cell_modes, task.datasets())
         jobs = plan_jobs(
             kind,
-            modes,
+            cell_modes,
             grid.seeds,
             settings,
             twins,

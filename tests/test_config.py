@@ -123,6 +123,24 @@ BAD_LR = f"conf/config.yaml with probe.lr=abc: {BAD_LR_PROBLEM}"
             "grid.tasks.upos_control.control_of: 'upos_control' is a control task itself",
         ),
         ("taskmodel.unseen=maybe", "taskmodel.unseen: 'raise', 'keep' or null, not 'maybe'"),
+        (
+            "+controls.random.random_9=9",
+            "controls.random.random_9: 'random_9' is not one of extract.encoders (trained, random,"
+            " random_2, random_3, token_only, token_only_2, token_only_3)",
+        ),
+        (
+            "+controls.token_layer.random=5",
+            "controls.token_layer.random: 'random' is an instance of controls.random too",
+        ),
+        (
+            "extract.encoders.random_2=elsewhere",
+            "controls.random.random_2: extract.encoders.random_2 is 'elsewhere', not"
+            " 'artifacts/bilm_random_2', the folder its stage writes",
+        ),
+        (
+            "controls.random.random=one",
+            "controls.random.random: Value 'one' of type 'str' could not be converted to Integer",
+        ),
         ("probe=nope", "Could not find 'probe/nope'; Available options in 'probe': default"),
     ],
 )
@@ -131,6 +149,16 @@ def test_composition_rejects_a_bad_setting_in_one_line(override, problem):
         compose_params(CONF, [override])
     line = str(caught.value)
     assert f"config.yaml with {override}: " in line and line.endswith(problem)
+    assert "\n" not in line
+
+
+def test_a_control_without_an_instance_is_rejected_in_one_line():
+    overrides = [f"~controls.token_layer.{name}" for name in ("token_only", "token_only_2")]
+    overrides.append("~controls.token_layer.token_only_3")
+    with pytest.raises(CompositionError) as caught:
+        compose_params(CONF, overrides)
+    line = str(caught.value)
+    assert line.endswith("controls.token_layer: no instance (name at least one encoder)")
     assert "\n" not in line
 
 

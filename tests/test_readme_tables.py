@@ -2,10 +2,11 @@
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from elmolab.core.params import compose_params
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,11 +90,14 @@ def _summary() -> dict:
 
 
 def _write_run(workspace: Path) -> None:
-    """A finished run's report summary and the composed config it ran with (the default's)."""
+    """A finished run's report summary and the composed config it ran with (the default's, with
+    the summary's encoders: each control's first instance)."""
     report = workspace / "artifacts" / "report"
     report.mkdir(parents=True)
     (report / "summary.json").write_text(json.dumps(_summary()))
-    shutil.copy(ROOT / "params.yaml", workspace / "params.yaml")
+    encoders = "probe.encoders=[trained,random,token_only]"
+    params = compose_params(ROOT / "conf", [encoders])
+    (workspace / "params.yaml").write_text(params, encoding="utf-8")
 
 
 def _run(workspace: Path, *args: str) -> str:
@@ -125,6 +129,8 @@ def test_stage_times_follow_the_outputs_last_writes(tmp_path: Path) -> None:
     files = {
         "artifacts/corpus/vocab.txt": 60,
         "artifacts/bilm/weights.hdf5": 900,
+        "artifacts/bilm_random_2/weights.hdf5": 930,
+        "artifacts/bilm_token_only/weights.hdf5": 936,
         "artifacts/features/trained/ewt/train.hdf5": 1200,
         "artifacts/features/random/ewt/train.hdf5": 1260,
         "artifacts/probes/upos/layer1/trained/seed1/metrics.json": 1500,
@@ -141,7 +147,9 @@ def test_stage_times_follow_the_outputs_last_writes(tmp_path: Path) -> None:
     assert [(w[0], w[3], w[-2]) for w in lines] == [
         ("prepare", "60", "1.0"),
         ("pretrain", "900", "14.0"),
-        ("extract@ewt", "1260", "6.0"),
+        ("pretrain_random@random_2", "930", "0.5"),
+        ("token_control@token_only", "936", "0.1"),
+        ("extract@ewt", "1260", "5.4"),
         ("probe@upos", "1500", "4.0"),
         ("report", "1530", "0.5"),
     ]

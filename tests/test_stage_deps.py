@@ -8,14 +8,48 @@ import sys
 from pathlib import Path
 
 import yaml
+from dvc.repo import Repo
 
 from tools.stage_deps import closure, minimal_deps, problems
 
 ROOT = Path(__file__).resolve().parents[1]
+CONTROL_STAGES = ("pretrain_random", "token_control")  # a stage per instance of a control
 
 
 def test_every_stage_lists_the_code_it_runs_and_no_more() -> None:
     assert problems(ROOT / "dvc.yaml") == []
+
+
+def test_each_control_instance_is_a_stage_and_every_encoder_is_extracted_and_probed() -> None:
+    """pretrain_random@<name> and token_control@<name> for each instance of ``controls``, each
+    writing the folder ``extract.encoders.<name>`` names; every extract stage reads every encoder
+    and writes its features; every probe cell reads the features of every probed encoder."""
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    encoders = params["extract"]["encoders"]
+    with Repo(str(ROOT)) as repo:
+        stages = {stage.addressing: stage for stage in repo.index.stages}
+    instances = []
+    for control, name in (("random", "pretrain_random"), ("token_layer", "token_control")):
+        for instance in params["controls"][control]:
+            stage = stages[f"{name}@{instance}"]
+            instances.append(stage.addressing)
+            assert stage.cmd.endswith(f" {instance}")
+            outs = {out.def_path for out in stage.outs}
+            assert {f"{encoders[instance]}/{f}" for f in ("options.json", "weights.hdf5")} <= outs
+    assert sorted(instances) == sorted(a for a in stages if a.split("@")[0] in CONTROL_STAGES)
+    assert len(instances) == 6  # three instances of each control
+    for dataset in params["extract"]["datasets"]:
+        stage = stages[f"extract@{dataset}"]
+        deps = {dep.def_path for dep in stage.deps}
+        outs = {out.def_path for out in stage.outs}
+        for encoder, folder in encoders.items():
+            assert f"{folder}/weights.hdf5" in deps and f"{folder}/options.json" in deps
+            assert f"artifacts/features/{encoder}/{dataset}" in outs
+    for task, config in params["grid"]["tasks"].items():
+        deps = {dep.def_path for dep in stages[f"probe@{task}"].deps}
+        for encoder in params["probe"]["encoders"]:
+            for role in ("train", "dev", "test"):
+                assert f"artifacts/features/{encoder}/{config[role]}.hdf5" in deps, (task, encoder)
 
 
 def _dvc_yaml_with(tmp_path: Path, stage: str, remove: str = "", add: str = "") -> Path:

@@ -24,7 +24,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from elmolab.core.config import load_params
+from elmolab.core.schema import control_folder
 from elmolab.report.collect import Display
 from elmolab.report.format import p_equals, pct
 
@@ -207,9 +210,11 @@ def stage_times(workspace: Path, start: float, end: float) -> list[str]:
     outputs: dict[str, list[Path]] = {  # a stage's output folders
         "prepare": [artifacts / "corpus"],
         "pretrain": [artifacts / "bilm"],
-        "pretrain_random": sorted(artifacts.glob("bilm_random*")),  # every instance
-        "token_control": sorted(artifacts.glob("bilm_token*")),
     }
+    cfg = load_params(workspace / "params.yaml")
+    for control, stage in (("random", "pretrain_random"), ("token_layer", "token_control")):
+        for instance in OmegaConf.select(cfg, f"controls.{control}", default=None) or {}:
+            outputs[f"{stage}@{instance}"] = [artifacts / control_folder(instance)]
     features = artifacts / "features"
     encoders = sorted(features.iterdir()) if features.is_dir() else []
     for dataset in sorted({d.name for encoder in encoders for d in encoder.iterdir()}):

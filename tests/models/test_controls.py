@@ -1,5 +1,6 @@
 """The trained-token-layer control: what it keeps, what it replaces, and its errors."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -7,9 +8,13 @@ import torch
 from fixtures.workspace import FIXTURE_OPTIONS
 
 from elmolab.core.errors import ElmolabError
+from elmolab.core.params import compose_params
 from elmolab.models.bilm import BiLM, BiLMOptions
 from elmolab.models.bilm_tf import load_bilm, load_bilm_from_checkpoint, save_bilm_checkpoint
 from elmolab.models.controls import token_layer_control, token_layer_digest
+from elmolab.stages import token_control
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def _trained(folder: Path) -> BiLM:
@@ -55,3 +60,41 @@ def test_a_missing_trained_model_is_an_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ElmolabError, match=r"bilm/model.pt: no model.pt: run the pretrain stage"):
         token_layer_control(tmp_path / "bilm", tmp_path / "control", seed=1)
     assert not (tmp_path / "control").exists()
+
+
+def test_the_stage_writes_each_instance_with_its_own_seed(tmp_path: Path, capsys) -> None:
+    """token_control@<instance>: bilm_<instance>, the LSTMs of ``controls.token_layer``'s seed for
+    it, the global seed aside (instance 1's, 1, drew the single control of before)."""
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    _trained(artifacts / "bilm")
+    params = tmp_path / "params.yaml"
+    text = compose_params(CONF, [f"paths.artifacts={artifacts}", "seed=7"])
+    params.write_text(text, encoding="utf-8")
+    for instance in ("token_only", "token_only_2"):
+        token_control.main(CONF, ["--params", str(params), "--instance", instance])
+    for seed in (1, 2):
+        token_layer_control(artifacts / "bilm", tmp_path / f"seed{seed}", seed=seed)
+    key = "forward_lstm.layers.0.W_0"
+    for instance, seed in (("token_only", 1), ("token_only_2", 2)):
+        folder = artifacts / f"bilm_{instance}"
+        assert json.loads((folder / "metrics.json").read_text())["seed"] == seed
+        written = load_bilm_from_checkpoint(folder / "model.pt").state_dict()
+        drawn = load_bilm_from_checkpoint(tmp_path / f"seed{seed}" / "model.pt").state_dict()
+        for name, tensor in written.items():
+            torch.testing.assert_close(tensor, drawn[name], rtol=0, atol=0)
+    first, second = (
+        load_bilm_from_checkpoint(artifacts / f"bilm_{name}" / "model.pt").state_dict()[key]
+        for name in ("token_only", "token_only_2")
+    )
+    assert not torch.allclose(first, second)
+    with pytest.raises(SystemExit):
+        token_control.main(CONF, ["--params", str(params), "--instance", "token_only_9"])
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "--instance 'token_only_9': not an instance of controls.token_layer (token_only,"
+            " token_only_2, token_only_3)"
+        )
+    )

@@ -14,6 +14,7 @@ from elmolab.io.results import FeatureMode
 from elmolab.probing import FeatureDataset, Head, LabelVocabulary, train_heads
 from elmolab.probing.engine import online_code_block
 from elmolab.probing.jobs import online_code_blocks, plan_jobs
+from elmolab.probing.modes import CellModes
 
 LABELS = ["A", "B", "C", "D"]
 VOCABULARY = LabelVocabulary(LABELS)
@@ -166,8 +167,8 @@ def test_conditional_heads_reject_modes_without_a_second_input() -> None:
 
 
 def test_plan_adds_conditional_heads_to_full_fits_and_a_job_per_code_block() -> None:
-    modes = ["layer0", "layer1", "scalar_mix"]
     settings = dataclasses.replace(SETTINGS, encoders=["trained", "token_only"])
+    modes = CellModes.resolve(["layer0", "layer1", "scalar_mix"], settings.encoders)
     twins = {"token_only": "trained"}
     jobs = plan_jobs(
         TaskKind.TOKEN,

@@ -98,7 +98,7 @@ def test_the_token_layer_control_shares_layer_0_and_nothing_else(workspace: Dict
     }
     assert len(digests["trained"]) == 1  # the same on every dataset
     assert digests["trained"] == digests["token_only"] != digests["random"]
-    control = load_encoder(_artifacts(workspace) / "bilm_token")
+    control = load_encoder(_artifacts(workspace) / "bilm_token_only")
     for stack in (control.forward_lstm, control.backward_lstm):
         for layer in stack.layers:
             w = layer.W_0.detach()  # (input + proj, 4 * cell): orthonormal rows

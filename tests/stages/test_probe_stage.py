@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from fixtures.workspace import SENTENCES, make_workspace
+from fixtures.workspace import ONE_INSTANCE_EACH, SENTENCES, make_workspace
 from omegaconf import DictConfig, OmegaConf
 
 from elmolab.core.config import apply_overrides, feature_modes, load_params, section
@@ -25,6 +25,7 @@ from elmolab.io.results import FeatureMode, without_timings
 from elmolab.probing.cell_data import load_cell
 from elmolab.probing.jobs import job_arithmetic, plan_jobs, training_subset
 from elmolab.probing.metrics import span_f1_of_counts
+from elmolab.probing.modes import CellModes
 from elmolab.report.collect import read_probe_runs
 from elmolab.stages.probe import probe_cell
 
@@ -248,9 +249,13 @@ def test_supersense_probes_the_wsd_features_of_the_tagged_words(params: Path) ->
     assert {tag for line in lines for tag in line.split()} <= set(LEXICOGRAPHER_FILES)
 
 
-def test_the_dvc_cell_command_runs_every_mode_and_seed_of_the_grid(params: Path) -> None:
+def test_the_dvc_cell_command_runs_each_encoders_modes_and_every_seed(params: Path) -> None:
+    """The trained biLM runs every mode of the grid; a control's instance (random, token_only)
+    ``probe.control_features`` (scalar_mix) and, chunk being conditional, layer 0 and layer 0
+    beside the mix; its learning curves the mix alone. token_only's layer 0 is copied from the
+    trained biLM's (the same token layer)."""
     command = [sys.executable, "pipelines/probe.py", "--params", str(params)]
-    modes = ["mean", "concat"]
+    modes = ["layer0", "mean", "scalar_mix"]
     proc = subprocess.run(
         [*command, "task=chunk", f"grid.features=[{','.join(modes)}]"],
         cwd=ROOT,
@@ -260,13 +265,21 @@ def test_the_dvc_cell_command_runs_every_mode_and_seed_of_the_grid(params: Path)
     assert proc.returncode == 0, proc.stderr
     assert "precision" not in proc.stderr  # the same on every cell: in metrics.json, not the log
     cell = Path(load_params(params).paths.artifacts) / "probes" / "chunk"
+    runs = {
+        "trained": [*modes, "layer0+scalar_mix"],
+        "random": ["layer0", "scalar_mix", "layer0+scalar_mix"],
+        "token_only": ["layer0", "scalar_mix", "layer0+scalar_mix"],
+    }
     found = sorted(str(p.relative_to(cell)) for p in cell.glob("*/*/*/metrics.json"))
-    assert found == [
-        f"{m}/{e}/seed{k}/metrics.json"
-        for m in sorted(modes)
-        for e in sorted(ENCODERS)
-        for k in (1, 2)
-    ]
+    assert found == sorted(
+        f"{m}/{e}/seed{k}/metrics.json" for e, ms in runs.items() for m in ms for k in (1, 2)
+    )
+    curves = {(p.parts[-5], p.parts[-4]) for p in cell.glob("*/*/*/fraction_*/metrics.json")}
+    assert curves == {("layer0", "trained"), ("mean", "trained"), ("scalar_mix", "trained")} | {
+        ("scalar_mix", e) for e in ("random", "token_only")
+    }
+    copied = json.loads((cell / "layer0" / "token_only" / "seed1" / "metrics.json").read_text())
+    assert copied["same_features_as"] == "trained"
     metrics = json.loads((cell / "mean" / "trained" / "seed1" / "metrics.json").read_text())
     assert metrics["metric"] == "span_f1" and metrics["per_sentence_test"] is None
     assert 0 <= metrics["test_untyped_f1"] <= 1 and metrics["hit_epoch_cap"] in (True, False)
@@ -300,8 +313,9 @@ def test_a_hydra_multirun_writes_one_result_per_job(
             "probe.workers=1",
             "task=ner",
             "probe.unseen=keep",
-            "features=layer0,layer2",
+            "features=layer2,scalar_mix",
             "seed=3",
+            *ONE_INSTANCE_EACH,
             f"paths.data={cfg.paths.data}",
             f"paths.artifacts={cfg.paths.artifacts}",
             "probe.max_epochs=2",
@@ -316,9 +330,9 @@ def test_a_hydra_multirun_writes_one_result_per_job(
     found = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("*/probes/**/metrics.json"))
     assert found == [
         f"{job}/probes/ner/{features}/{encoder}/seed3/metrics.json"
-        for job, features in ((0, "layer0"), (1, "layer2"))
-        for encoder in sorted(ENCODERS)
-    ]
+        for job, features, encoders in ((0, "layer2", ["trained"]), (1, "scalar_mix", ENCODERS))
+        for encoder in sorted(encoders)
+    ]  # a control's instance runs the mix alone
 
 
 def test_sentence_cells_pool_each_sentence_and_record_the_majority_baseline(
@@ -538,7 +552,10 @@ def test_pair_and_tree_cells_split_fits_by_seed_and_concatenation_largest_first(
     modes = ["layer0", "layer1", "layer2", "mean", "scalar_mix", "concat"]
     settings = default_probe_settings()
     twins = {"token_only": "trained"}
-    jobs = plan_jobs(kind, modes, [1, 2, 3], settings, twins, num_layers=3, train_sentences=100)
+    cell_modes = CellModes.resolve(modes, settings.encoders)
+    jobs = plan_jobs(
+        kind, cell_modes, [1, 2, 3], settings, twins, num_layers=3, train_sentences=100
+    )
     planned = [(job.encoder, head.seed, head.features) for job in jobs for head in job.heads]
     expected = [
         (encoder, seed, mode)

@@ -18,6 +18,7 @@ from elmolab.core.params import compose_params
 from elmolab.core.schema import ModelConfig, PretrainConfig, TrainerConfig
 from elmolab.models.bilm_tf import load_bilm, load_bilm_from_checkpoint
 from elmolab.native import native_kernels
+from elmolab.stages import pretrain as pretrain_stage
 from elmolab.text.vocab import Vocabulary
 from elmolab.training.pretrain import eval_logits_choice, make_module, pretrain, random_control
 
@@ -153,6 +154,62 @@ def test_random_control_has_the_same_shape_and_no_training(tmp_path):
     assert metrics["steps"] == 0 and metrics["random_control"]
     assert metrics["val"]["ppl"] > 5  # an untrained softmax knows nothing
     assert load_bilm(tmp_path / "rand" / "options.json", tmp_path / "rand" / "weights.hdf5")
+
+
+def test_each_random_instance_is_its_own_seeds_draw_and_only_the_first_is_evaluated(tmp_path):
+    """pretrain_random@<instance>: the weights ``controls.random.<instance>``'s seed draws, the
+    global seed aside (instance 1's seed 1 is the global default, which drew the single control of
+    before: its weights are those); only the first instance measures perplexities."""
+    artifacts = tmp_path / "artifacts"
+    corpus = make_corpus(artifacts)
+    overrides = ["experiment=smoke", f"paths.artifacts={artifacts}", "seed=7"]
+    overrides += ["pretrain.batch_size=4", "pretrain.unroll_steps=10"]
+    params = tmp_path / "params.yaml"
+    params.write_text(compose_params(CONF, overrides), encoding="utf-8")
+    for instance in ("random", "random_2"):
+        pretrain_stage.main(CONF, ["--params", str(params), "--random-control", instance])
+    first = json.loads((artifacts / "bilm_random" / "metrics.json").read_text())
+    second = json.loads((artifacts / "bilm_random_2" / "metrics.json").read_text())
+    assert (first["seed"], first["evaluated"], second["seed"], second["evaluated"]) == (
+        1,
+        True,
+        2,
+        False,
+    )
+    assert first["val"]["ppl"] > 5 and "val" not in second and "test" not in second
+    model, settings, trainer = configs()
+    weights = {}
+    for name, folder in (
+        ("random", artifacts / "bilm_random"),
+        ("random_2", artifacts / "bilm_random_2"),
+        ("seed 1", tmp_path / "seed1"),
+        ("seed 2", tmp_path / "seed2"),
+    ):
+        if name.startswith("seed"):  # drawn directly, evaluated
+            seed = int(name.split()[1])
+            random_control(model, settings, trainer, corpus, folder, seed=seed)
+        weights[name] = load_bilm(folder / "options.json", folder / "weights.hdf5").state_dict()
+    for name, tensor in weights["random"].items():
+        torch.testing.assert_close(tensor, weights["seed 1"][name], rtol=0, atol=0)
+        torch.testing.assert_close(
+            weights["random_2"][name], weights["seed 2"][name], rtol=0, atol=0
+        )
+    key = "forward_lstm.layers.0.W_0"
+    assert not torch.allclose(weights["random"][key], weights["random_2"][key])
+
+
+def test_an_unknown_random_instance_fails_in_one_line(tmp_path, capsys):
+    params = tmp_path / "params.yaml"
+    params.write_text(compose_params(CONF, [f"paths.artifacts={tmp_path}"]), encoding="utf-8")
+    with pytest.raises(SystemExit) as caught:
+        pretrain_stage.main(CONF, ["--params", str(params), "--random-control", "random_9"])
+    assert caught.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error.endswith(
+        "--random-control 'random_9': not an instance of controls.random (random, random_2,"
+        " random_3)"
+    )
+    assert "\n" not in error and not (tmp_path / "bilm_random_9").exists()
 
 
 def test_a_nan_loss_stops_with_a_clear_error_and_keeps_the_last_checkpoint(tmp_path):

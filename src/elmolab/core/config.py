@@ -54,7 +54,13 @@ from omegaconf.errors import (
 )
 
 from elmolab.core.errors import ElmolabError, resource_errors_named
-from elmolab.core.schema import SECTIONS, FeaturesConfig
+from elmolab.core.schema import (
+    SECTIONS,
+    ControlsConfig,
+    ExtractConfig,
+    FeaturesConfig,
+    PathsConfig,
+)
 
 T = TypeVar("T")
 StageFn = Callable[[DictConfig, Path], Any]
@@ -175,6 +181,14 @@ def check_config(cfg: DictConfig, where: str) -> None:
                 settings.check()
             except ElmolabError as err:
                 raise ElmolabError(err.problem, where) from err
+    # across sections: the controls' instances are encoders, in the folders their stages write
+    extract = section(cfg, "extract", ExtractConfig, where)
+    try:
+        section(cfg, "controls", ControlsConfig, where).check_encoders(
+            extract.encoders, section(cfg, "paths", PathsConfig, where).artifacts
+        )
+    except ElmolabError as err:
+        raise ElmolabError(err.problem, where) from err
 
 
 # A value of each plain type in words, and of each of OmegaConf's typed nodes.
@@ -242,6 +256,15 @@ def apply_overrides(cfg: DictConfig, overrides: list[str], where: str | os.PathL
 
 
 _MISSING = object()
+
+
+def take_option(argv: list[str], flag: str) -> tuple[str | None, list[str]]:
+    """The value after ``flag`` in ``argv`` (None without ``flag``; "" where it ends ``argv``) and
+    ``argv`` without the two: a stage's own option, such as the control instance it writes."""
+    if flag not in argv:
+        return None, argv
+    at = argv.index(flag)
+    return (argv[at + 1] if at + 1 < len(argv) else ""), argv[:at] + argv[at + 2 :]
 
 
 def run_stage(fn: StageFn, stage: str, conf_dir: Path, argv: list[str] | None = None) -> None:

@@ -293,6 +293,59 @@ def _is_path(value: Any) -> bool:
     return isinstance(value, os.PathLike) or (isinstance(value, str) and bool(value))
 
 
+# --- controls: the pretrain_random and token_control stages (conf/controls/) ---
+
+
+@dataclass
+class ControlsConfig:
+    """Schema of the ``controls`` section: each control of the trained biLM, drawn several times
+    (every comparison with a control uses all its instances). An instance is an encoder of
+    ``extract.encoders`` -> the seed of its draw: that seed, not the global ``seed``, draws its
+    weights (the first instance keeps seed 1, the global default, so its weights never changed).
+    Its stage writes ``<paths.artifacts>/bilm_<instance>``, where ``extract.encoders`` must find it
+    (the stage's outs in dvc.yaml are named by the instance)."""
+
+    random: dict[str, int]  # the random initialisation (pretrain_random stage)
+    token_layer: dict[str, int]  # the trained token layer under random LSTMs (token_control stage)
+
+    def check(self) -> None:
+        """Each control has an instance, and no encoder is an instance of two."""
+        controls = {"random": self.random, "token_layer": self.token_layer}
+        for control, instances in controls.items():
+            if not instances:
+                raise ElmolabError(f"controls.{control}: no instance (name at least one encoder)")
+        for name in self.random.keys() & self.token_layer.keys():
+            raise ElmolabError(
+                f"controls.token_layer.{name}: {name!r} is an instance of controls.random too"
+            )
+
+    def check_encoders(self, encoders: Mapping[str, Any], artifacts: str) -> None:
+        """Each instance is an encoder of ``encoders`` (``extract.encoders``) whose folder is the
+        one its stage writes, ``<artifacts>/bilm_<instance>``."""
+        for control, instances in (("random", self.random), ("token_layer", self.token_layer)):
+            for name in instances:
+                key = f"controls.{control}.{name}"
+                if name not in encoders:
+                    raise ElmolabError(
+                        f"{key}: {name!r} is not one of extract.encoders ({', '.join(encoders)})"
+                    )
+                folder = f"{artifacts}/{control_folder(name)}"
+                if os.fspath(encoders[name]) != folder:
+                    raise ElmolabError(
+                        f"{key}: extract.encoders.{name} is {encoders[name]!r}, not {folder!r},"
+                        " the folder its stage writes"
+                    )
+
+    def instances(self) -> frozenset[str]:
+        """Every encoder that is an instance of a control."""
+        return frozenset(self.random) | frozenset(self.token_layer)
+
+
+def control_folder(instance: str) -> str:
+    """The folder, under ``paths.artifacts``, of a control's ``instance``: ``bilm_<instance>``."""
+    return f"bilm_{instance}"
+
+
 # --- probe, grid, features: the probe stage (conf/probe/, grid/, task/, features/) ---
 
 PRECISIONS = ("auto", "32-true", "bf16-mixed")
@@ -317,6 +370,8 @@ class ProbeSettings:
 
     features_dir: str  # the extract stage's output: <features_dir>/<encoder>/<dataset>/<split>
     encoders: list[str]  # names of extract.encoders, each probed in every cell
+    # a control's instance (controls) runs only these of the grid's modes (elmolab.probing.modes)
+    control_features: list[str]
     kind: str  # linear | mlp (token and pair tasks)
     hidden_dim: int  # mlp only
     dropout: float  # mlp only
@@ -609,6 +664,7 @@ SECTIONS: dict[str, Any] = {
     "pretrain": PretrainConfig,
     "trainer": TrainerConfig,
     "extract": ExtractConfig,
+    "controls": ControlsConfig,
     "probe": ProbeSettings,
     "grid": GridConfig,
     "features": FeaturesConfig,

@@ -27,12 +27,14 @@ from elmolab.core.params import compose_params, differing_keys
 
 # Minutes per stage in the default study's uninterrupted run on a 2-core AMD EPYC (family 26,
 # model 2) with avx512_bf16, nothing else running: 40.4 min in all (docs/results.md). A group
-# of stages was timed together; prepare's figure includes the install and the data pull.
+# of stages was timed together; prepare's figure includes the install and the data pull. That
+# run had one instance of each control (its stages pretrain_random and token_control then), now
+# each control's first instance; the others have no figure yet.
 NATIVE_BF16_MINUTES: dict[tuple[str, ...], float] = {
     ("prepare",): 0.8,
     ("pretrain",): 9.7,
-    ("pretrain_random",): 1.0,
-    ("token_control",): 0.1,
+    ("pretrain_random@random",): 1.0,
+    ("token_control@token_only",): 0.1,
     ("extract@ud_english_ewt",): 0.7,
     ("extract@conll2000",): 0.8,
     ("extract@wnut17",): 0.5,

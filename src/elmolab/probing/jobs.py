@@ -20,6 +20,7 @@ from elmolab.core.schema import ProbeSettings, TaskKind
 from elmolab.io.features import summary_path
 from elmolab.io.results import CONDITIONAL_MODES, FeatureMode
 from elmolab.probing.kinds import KINDS
+from elmolab.probing.modes import CellModes
 from elmolab.probing.probes import Head
 
 
@@ -41,7 +42,7 @@ class Job:
 
 def plan_jobs(
     kind: TaskKind,
-    modes: Sequence[str],
+    modes: CellModes,
     seeds: Sequence[int],
     settings: ProbeSettings,
     twins: Mapping[str, str],
@@ -52,11 +53,12 @@ def plan_jobs(
     train_sentences: int,
 ) -> list[Job]:
     """The jobs of a cell, the big ones first: per training set (token tasks: the full one and
-    each learning-curve share) and encoder, one fit of every mode and seed (but ``layer0`` of an
-    encoder in ``twins``, :func:`layer0_twins`: its runs are copied).
+    each learning-curve share) and encoder, one fit of every seed and of the encoder's modes on
+    that set (``modes``; but ``layer0`` of an encoder in ``twins``, :func:`layer0_twins`: its
+    runs are copied).
 
     ``conditional`` adds to each full fit the heads on layer 0 beside each mode of
-    ``CONDITIONAL_MODES`` among ``modes``; ``online_blocks`` (a task measuring the online code,
+    ``CONDITIONAL_MODES`` among the encoder's; ``online_blocks`` (a task measuring the online code,
     ``mdl``: :func:`online_code_blocks`) adds the online code's jobs, one per block after the
     first and encoder, with the full fits' modes and seeds. Each job carries the training
     sentences it fits on (of ``train_sentences``): a learning-curve share's
@@ -77,15 +79,18 @@ def plan_jobs(
             raise ElmolabError(f"probe.train_fractions: {fraction} is not in (0, 1]")
     by_seed = set(fractions) == {1.0} and online_blocks is None and settings.workers > 1
 
-    def heads_of(encoder: str, shard: Sequence[int]) -> tuple[Head, ...]:
+    def heads_of(encoder: str, shard: Sequence[int], fraction: float) -> tuple[Head, ...]:
         return tuple(
             Head(FeatureMode(mode), seed)
-            for mode in modes
+            for mode in modes.modes(encoder, fraction)
             if not (mode == FeatureMode.LAYER0.value and encoder in twins)
             for seed in shard
         )
 
-    conditioned = [mode for mode in CONDITIONAL_MODES if mode in modes] if conditional else []
+    def conditioned(encoder: str) -> list[str]:
+        full = modes.full[encoder]
+        return [mode for mode in CONDITIONAL_MODES if mode in full] if conditional else []
+
     jobs = []
     for fraction in sorted(set(fractions), reverse=True):
         train = (
@@ -93,11 +98,11 @@ def plan_jobs(
         )
         for encoder in settings.encoders:
             for shard in [[seed] for seed in seeds] if by_seed else [list(seeds)]:
-                heads = heads_of(encoder, shard)
+                heads = heads_of(encoder, shard, fraction)
                 if fraction == 1.0:
                     heads += tuple(
                         Head(FeatureMode(mode), seed, baseline=True)
-                        for mode in conditioned
+                        for mode in conditioned(encoder)
                         for seed in shard
                     )
                 # split by seed: the concatenation's heads apart from the others'
@@ -115,7 +120,7 @@ def plan_jobs(
         for block in range(1, len(shares)):
             before = tuple(sorted(i for b in online_blocks[:block] for i in b))
             for encoder in settings.encoders:
-                if heads := heads_of(encoder, list(seeds)):
+                if heads := heads_of(encoder, list(seeds), 1.0):
                     coded = tuple(online_blocks[block])
                     jobs.append(Job(encoder, shares[block - 1], heads, block, before, coded))
     if by_seed:
@@ -188,17 +193,19 @@ def run_jobs(jobs: list[Callable[[], Any]], workers: int) -> list[Any]:
 
 
 def layer0_twins(
-    settings: ProbeSettings, modes: Sequence[str], datasets: Sequence[str]
+    settings: ProbeSettings, modes: CellModes, datasets: Sequence[str]
 ) -> dict[str, str]:
     """Encoder -> an earlier encoder with the same token layer, by the digests in the extract.json
     of each of ``datasets`` (the token-layer control and the trained biLM): their layer-0
     features are identical, so their layer-0 probes would be too, run for run, and are run once.
-    None without ``layer0`` among ``modes``."""
-    if FeatureMode.LAYER0.value not in modes:
-        return {}
+    Only encoders with ``layer0`` among their ``modes``, and only where the earlier one's layer-0
+    runs include the encoder's (its learning curves too, where the encoder has them)."""
+    layer0 = FeatureMode.LAYER0.value
     first_with: dict[tuple[str, ...], str] = {}
     twins = {}
     for encoder in settings.encoders:
+        if layer0 not in modes.full[encoder]:
+            continue
         digests = []
         for dataset in datasets:
             summary = summary_path(Path(settings.features_dir) / encoder, dataset)
@@ -209,9 +216,9 @@ def layer0_twins(
             except (OSError, ValueError, KeyError):
                 break  # features without a digest (older extractions) are probed as they are
         else:
-            key = tuple(digests)
-            if key in first_with:
-                twins[encoder] = first_with[key]
-            else:
-                first_with[key] = encoder
+            source = first_with.setdefault(tuple(digests), encoder)
+            if source != encoder and (
+                layer0 not in modes.curve[encoder] or layer0 in modes.curve[source]
+            ):
+                twins[encoder] = source
     return twins

@@ -2,9 +2,10 @@
 
 The cell gets its data loaded (:func:`elmolab.probing.cell_data.load_cell`: the task's splits and
 each encoder's features, one contiguous array per split, before the jobs fork, so workers share
-them) and its settings resolved by the stage; it reads no file of the data. A job is an encoder
-and a training set (the full one, or a learning-curve subset): the probe engine trains every
-feature mode and seed of it together (:mod:`elmolab.probing.engine`). Results, under
+them) and its settings resolved by the stage (each encoder's feature modes among them,
+:class:`elmolab.probing.modes.CellModes`); it reads no file of the data. A job is an encoder and a
+training set (the full one, or a learning-curve subset): the probe engine trains the encoder's
+feature modes on it and every seed together (:mod:`elmolab.probing.engine`). Results, under
 ``<cell> = <probes>/<task>`` (the layout of ``elmolab.io.results``, which the report reads;
 :mod:`elmolab.probing.writing` writes them all, once the cell's fits are done)::
 
@@ -73,6 +74,7 @@ from elmolab.probing.jobs import (
     run_jobs,
 )
 from elmolab.probing.kinds import KINDS
+from elmolab.probing.modes import CellModes
 from elmolab.probing.writing import (
     CodeFit,
     RunStarter,
@@ -103,14 +105,14 @@ def no_tracking(fields: dict[str, Any]) -> Iterator[TrackedRun]:
 
 def run_cell(
     task: TaskConfig,
-    modes: Sequence[str],
+    modes: CellModes,
     data: ProbeData | WsdData,
     settings: ProbeSettings,
     seeds: Sequence[int],
     cell_dir: Path,
     start_run: RunStarter = no_tracking,
 ) -> list[dict[str, Any]]:
-    """Probe ``task`` in every feature mode of ``modes`` on every encoder and seed; write
+    """Probe ``task`` on every encoder in its feature modes of ``modes``, every seed; write
     ``cell_dir`` (``<probes>/<task>``).
 
     ``task``, ``modes``, ``settings`` and ``seeds`` are the cell's as the stage checked and
@@ -125,7 +127,7 @@ def run_cell(
 
 def _probe_cell(
     task: TaskConfig,
-    modes: Sequence[str],
+    modes: CellModes,
     data: ProbeData,
     settings: ProbeSettings,
     seeds: Sequence[int],
@@ -170,12 +172,13 @@ def _probe_cell(
         for result in fit
     ]
     results = write_cell(
-        cell_dir, task, runs, codes, blocks, splits, labels, settings, twins, start_run
+        cell_dir, task, runs, codes, blocks, splits, labels, settings, twins, modes, start_run
     )
     order = {encoder: i for i, encoder in enumerate(settings.encoders)}
     # the grid's modes in order, then the conditional probes' (layer0+<mode>)
-    mode_order = {mode: i for i, mode in enumerate(modes)}
-    mode_order |= {conditional_features(m): len(modes) + i for i, m in enumerate(modes)}
+    grid = modes.grid
+    mode_order = {mode: i for i, mode in enumerate(grid)}
+    mode_order |= {conditional_features(m): len(grid) + i for i, m in enumerate(grid)}
     return sorted(
         results,
         key=lambda m: (
@@ -254,16 +257,16 @@ def _fit(
 
 def _wsd_cell(
     task: TaskConfig,
-    modes: Sequence[str],
+    modes: CellModes,
     data: WsdData,
     settings: ProbeSettings,
     cell_dir: Path,
     start_run: RunStarter,
 ) -> list[dict[str, Any]]:
-    """1-NN word senses: every frozen mode scored on each encoder's instance vectors."""
+    """1-NN word senses: each encoder's frozen modes scored on its instance vectors."""
     results = []
-    if FeatureMode.SCALAR_MIX in modes:
-        for encoder in settings.encoders:
+    for encoder in settings.encoders:
+        if FeatureMode.SCALAR_MIX in modes.full[encoder]:
             results.append(
                 {
                     "task": task.name,
@@ -274,9 +277,12 @@ def _wsd_cell(
                     "reason": "WSD 1-NN trains nothing: there is no scalar mix to learn",
                 }
             )
-    frozen = [mode for mode in modes if mode != FeatureMode.SCALAR_MIX]
+    frozen = {
+        encoder: [mode for mode in modes.full[encoder] if mode != FeatureMode.SCALAR_MIX]
+        for encoder in settings.encoders
+    }
     predictions: dict[tuple[str, str], list[str]] = {}
-    if frozen:
+    if any(frozen.values()):
         sources, wordnet = data.sources, data.wordnet
         train_keys = [i.sense_keys for s in sources["train"].wsd_sentences() for i in s.instances]
         evaluation = {
@@ -293,7 +299,7 @@ def _wsd_cell(
         ids = [i.instance_id for i in evaluation["test"].instances]
         for encoder in settings.encoders:
             layers = data.layers[encoder]
-            for mode in frozen:
+            for mode in frozen[encoder]:
                 fields = {"task": task.name, "features": mode, "encoder": encoder, "seed": None}
                 metrics, test = _wsd_scores(fields, layers, mode, train_keys, evaluation)
                 metrics.update(first_sense)

@@ -27,6 +27,7 @@ from elmolab.io.results import (
 )
 from elmolab.probing.heads import ProbeResult
 from elmolab.probing.jobs import Job
+from elmolab.probing.modes import CellModes
 from elmolab.probing.wsd import SensePrediction
 
 log = logging.getLogger("elmolab.probe")
@@ -54,6 +55,7 @@ def write_cell(
     labels: TaskLabels | None,
     settings: ProbeSettings,
     twins: Mapping[str, str],
+    modes: CellModes,
     start_run: RunStarter,
 ) -> list[dict[str, Any]]:
     """Every file of a token, pair or tree cell in ``cell_dir`` (all at once, or none), and each
@@ -61,7 +63,8 @@ def write_cell(
     ``metrics.json`` (and test predictions) per fit result of ``runs`` (a job, one of its results
     and the counts of its splits), the online code of ``codes`` over ``blocks`` (the online
     code's blocks of training sentences), and the layer-0 runs of each
-    encoder of ``twins`` copied from its twin's. Returns every run's metrics, as written."""
+    encoder of ``twins`` copied from its twin's (those of its ``modes``: a control's instance
+    may have no layer-0 learning curve). Returns every run's metrics, as written."""
     results = [
         probe_metrics(task.name, job, result, counts, settings.precision)
         for job, result, counts in runs
@@ -82,7 +85,11 @@ def write_cell(
         if settings.save_predictions:
             texts[folder / PREDICTIONS_FILE] = [" ".join(s) for s in result.test_predictions]
         for encoder, source in twins.items():
-            if metrics["encoder"] == source and metrics["features"] == layer0:
+            if (
+                metrics["encoder"] == source
+                and metrics["features"] == layer0
+                and layer0 in modes.modes(encoder, metrics["train_fraction"])
+            ):
                 copy = {**metrics, "encoder": encoder, "same_features_as": source}
                 twin_dir = Path(layer0, encoder) / run_dir
                 files[twin_dir / METRICS_FILE] = copy
