@@ -47,6 +47,7 @@ PROBING_LAYERS = (
         "elmolab.probing.trees",
         "elmolab.probing.wsd",
         "elmolab.probing.cell_data",
+        "elmolab.probing.modes",
     ),
     ("elmolab.probing.probes",),  # the reference: what a probe is, and fit()
     ("elmolab.probing.heads",),  # the batched path's shared parts: many heads at once

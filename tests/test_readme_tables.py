@@ -86,7 +86,51 @@ def _summary() -> dict:
             {"task": "upos", "online_code_seconds": 237.9, "conditional_seconds": 62.3}
         ],
         "layer_panel": {"tasks": [{"task": "upos", "family": "syntactic"}]},
+        "claims": {
+            "claims": [
+                {
+                    "claim": "layer 1 holds more syntax than layer 2",
+                    "measure": "layer 1 − layer 2, points",
+                    "effect": -1.5,
+                    "low": -2.0,
+                    "high": -1.0,
+                    "p_value": 0.0004,
+                    "verdict": "contradicted",
+                },
+                {
+                    "claim": "ELMo adds to a task model",
+                    "measure": "F1 points",
+                    "effect": None,
+                    "low": None,
+                    "high": None,
+                    "p_value": None,
+                    "verdict": "not testable",
+                },
+            ]
+        },
     }
+
+
+SUMMARY_MD = """# a report
+
+## Claims
+
+| claim | effect |
+|---|---|
+| **layer 1 holds more syntax than layer 2** | -1.50 [-2.00, -1.00] |
+
+## Pretraining
+
+not quoted
+
+## Selectivity
+
+| task | selectivity |
+|---|---|
+| upos | +34.00 [+33.00, +35.00] |
+
+![selectivity](figures/selectivity.png)
+"""
 
 
 def _write_run(workspace: Path) -> None:
@@ -95,6 +139,7 @@ def _write_run(workspace: Path) -> None:
     report = workspace / "artifacts" / "report"
     report.mkdir(parents=True)
     (report / "summary.json").write_text(json.dumps(_summary()))
+    (report / "summary.md").write_text(SUMMARY_MD, encoding="utf-8")
     encoders = "probe.encoders=[trained,random,token_only]"
     params = compose_params(ROOT / "conf", [encoders])
     (workspace / "params.yaml").write_text(params, encoding="utf-8")
@@ -112,15 +157,17 @@ def test_the_blocks_come_from_the_summary(tmp_path: Path) -> None:
     _write_run(tmp_path)
     out = _run(tmp_path)
     assert (
-        "| upos (accuracy) | layer2 | 70.00 ± 1.00 | 90.00 ± 1.00 (better, p < 0.001) |"
-        " 71.00 · 91.00 | 72.00 · 92.00 |" in out
+        "| layer 1 holds more syntax than layer 2 (layer 1 − layer 2, points) |"
+        " -1.50 [-2.00, -1.00] | < 0.001 | contradicted |" in out
     )
-    assert "upos_control (" not in out  # control tasks stay out of the main table
+    assert "| ELMo adds to a task model (F1 points) | – | – | not testable |" in out
+    # the report's own sections, quoted whole (figures left out); the others not
+    assert "### Claims\n\n| claim | effect |" in out
+    assert "### Selectivity\n\n| task | selectivity |\n|---|---|\n| upos |" in out
+    assert "not quoted" not in out and "figures/selectivity.png" not in out
     assert "validation perplexity 200.0 = 0.250x unigram (800)" in out
     assert "(x1.010 / x1.000); test 210.0 = 0.250x (840.0)" in out
     assert "probe runs: 999, at the epoch cap: 0" in out
-    assert "| upos | layer1 | 9.75 ± 0.01 | 9.75 ± 0.01 | 9.75 ± 0.01 |" in out
-    assert "| upos | layer0 + layer 1 | +0.400 ± 0.090 * / +7.95 ± 0.98 |" in out
     assert "upos: online code 238 s, conditional heads 62 s" in out
 
 
@@ -135,6 +182,7 @@ def test_stage_times_follow_the_outputs_last_writes(tmp_path: Path) -> None:
         "artifacts/features/random/ewt/train.hdf5": 1260,
         "artifacts/probes/upos/layer1/trained/seed1/metrics.json": 1500,
         "artifacts/report/summary.json": 1530,
+        "artifacts/report/summary.md": 1530,
     }
     start = 1_000_000.0
     for name, offset in files.items():
@@ -157,14 +205,15 @@ def test_stage_times_follow_the_outputs_last_writes(tmp_path: Path) -> None:
 
 
 def test_readme_table_is_the_results_table_of_readme(tmp_path: Path) -> None:
-    """``--readme`` prints README's table as README holds it: the layer panel's tasks with their
-    family, the trained biLM's best layer and mix, each baseline's best layer; README's own table
-    has the same header, made by the same command."""
+    """``--readme`` prints README's tables as README holds them: the claims, then the layer
+    panel's tasks with their family, the trained biLM's best layer and mix, each baseline's mix;
+    README's own tables have the same headers, made by the same command."""
     _write_run(tmp_path)
-    lines = _run(tmp_path, "--readme").splitlines()
-    assert lines[2:] == [
-        "| upos (accuracy) | syntactic | 70.00 (layer 2) | 90.00 | 71.00 | 72.00 |"
+    claims, table = (block.splitlines() for block in _run(tmp_path, "--readme").split("\n\n"))
+    assert table[2:] == [
+        "| upos (accuracy) | syntactic | 70.00 (layer 2) | 90.00 | 91.00 | 92.00 |"
     ]
     readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
-    assert lines[0] in readme
-    assert readme[readme.index(lines[0]) + 1] == lines[1]
+    for lines in (claims, table):
+        assert lines[0] in readme
+        assert readme[readme.index(lines[0]) + 1] == lines[1]

@@ -66,7 +66,10 @@ QUOTED_SECTIONS = (
 def report_sections(workspace: Path, headings: tuple[str, ...]) -> list[str]:
     """The report's ``summary.md`` sections with these ``headings``, each whole (its heading down
     to the next), figures left out."""
-    text = (workspace / "artifacts/report/summary.md").read_text(encoding="utf-8")
+    path = workspace / "artifacts/report/summary.md"
+    if not path.is_file():
+        return []
+    text = path.read_text(encoding="utf-8")
     blocks = {}
     for block in text.split("\n## ")[1:]:
         heading, _, body = block.partition("\n")
@@ -82,8 +85,11 @@ def report_sections(workspace: Path, headings: tuple[str, ...]) -> list[str]:
 
 def claims_table(summary: dict[str, Any]) -> list[str]:
     """The report's claims, compact: claim, effect [95% CI], Holm-adjusted p, verdict."""
+    found = summary.get("claims", {}).get("claims", [])
+    if not found:
+        return []
     lines = header("claim", "effect [95% CI]", "p (Holm)", "verdict")
-    for c in summary["claims"]["claims"]:
+    for c in found:
         effect = "–"
         if c["effect"] is not None:
             effect = f"{c['effect']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]"
@@ -251,7 +257,7 @@ def main() -> None:
     display = Display.of(load_params(args.workspace / "params.yaml"))
     readme = [claims_table(summary), readme_table(summary, display)]
     if args.readme:
-        print("\n\n".join("\n".join(block) for block in readme))
+        print("\n\n".join("\n".join(block) for block in readme if block))
         return
     blocks = [
         *readme,

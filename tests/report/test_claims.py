@@ -73,7 +73,8 @@ def test_the_claims_of_a_report_are_adjusted_over_the_claims(tmp_path) -> None:
     assert syntax.effect.effect == pytest.approx(-100 * np.mean([g.effect.effect for g in gaps]))
     versus = next(c for c in found if c.text.endswith("random init control"))
     assert versus.verdict() == "supported"  # the fake random encoder is far worse
-    assert "; 1 instance(s) of the control; " in versus.evidence
+    assert versus.evidence.endswith("; 1 instance(s) of the control")
+    assert "tasks favour the trained biLM on their own (Holm), 0 the control" in versus.agreement
 
 
 @dataclass(frozen=True)

@@ -76,3 +76,16 @@ def test_the_trained_bilm_is_tested_against_random_init(tmp_path):
     markdown = (out / "summary.md").read_text()
     assert "## Trained biLM vs random init" in markdown
     assert "Trained biLM vs random init (Holm-adjusted p < 0.05):" in markdown
+
+
+def test_an_older_task_model_summary_is_listed_as_missing_not_shown(tmp_path):
+    """A summary from before the two-level test (``vs_baseline`` rows of ``absolute`` and a
+    t-test's ``p_value``): the report says to rerun the stage instead of failing."""
+    from elmolab.report.collect import read_taskmodel
+
+    old = {"inputs": {}, "vs_baseline": {"elmo_trained": {"absolute": 2.35, "p_value": 0.009}}}
+    (tmp_path / "metrics.json").write_text(json.dumps(old), encoding="utf-8")
+    missing: list[str] = []
+    assert read_taskmodel(tmp_path, missing) is None
+    (line,) = missing
+    assert "older task model stage" in line and "dvc repro taskmodel" in line

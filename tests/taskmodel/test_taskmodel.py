@@ -230,6 +230,7 @@ def workspace(data_dir: Path, tmp_path_factory: pytest.TempPathFactory):
         "taskmodel.word_dim=4",
         "taskmodel.num_threads=1",
         "taskmodel.unseen=keep",
+        "taskmodel.mix_encoders=[trained,random,token_only]",  # the instances the workspace has
     ]
     return root, make_workspace(data_dir, root, *overrides)
 

@@ -49,8 +49,9 @@ class Claim:
     measure: str  # what the effect is, and its unit
     direction: Literal["higher", "at least"]  # the effect's sign the claim expects: > 0, >= 0
     effect: Effect | None  # in points
-    evidence: str  # how the effect came about: tasks and their own verdicts
+    evidence: str  # how the effect came about: its tasks, instances or occurrences
     p_adjusted: float | None = None
+    agreement: str = ""  # how many tasks agree on their own (their family's verdicts), or ""
 
     def verdict(self, alpha: float = ALPHA) -> str:
         if self.effect is None or self.p_adjusted is None:
@@ -75,10 +76,7 @@ def claims(data: ReportData) -> list[Claim]:
     ]
     listed = [claim for claim in found if claim is not None]
     adjusted = adjust([None if c.effect is None else c.effect.p_value for c in listed])
-    return [
-        Claim(c.text, c.measure, c.direction, c.effect, c.evidence, p)
-        for c, p in zip(listed, adjusted, strict=True)
-    ]
+    return [dataclasses.replace(c, p_adjusted=p) for c, p in zip(listed, adjusted, strict=True)]
 
 
 def pooled(effects: Sequence[Effect], signs: Sequence[float], scale: float = 100.0) -> Effect:
@@ -129,15 +127,13 @@ def _layers(data: ReportData, family: str, lower_better: bool) -> Claim | None:
     )
     if not gaps:
         return Claim(text, measure, "higher", None, "no tested layer gap")
-    tasks = ", ".join(g.task for g in gaps)
-    alpha = data.significance.alpha
-    favour = _counted(gaps, alpha, "favour layer 2", "favour layer 1")
     return Claim(
         text,
         measure,
         "higher",
         pooled([g.effect for g in gaps], [sign] * len(gaps)),  # type: ignore[misc]
-        f"{tasks}; {favour}",
+        ", ".join(g.task for g in gaps),
+        agreement=_counted(gaps, data.significance.alpha, "favour layer 2", "favour layer 1"),
     )
 
 
@@ -157,9 +153,9 @@ def _mix(data: ReportData) -> Claim | None:
             "at least",
             None,
             "",
+            agreement=_counted(tested, data.significance.alpha, "favour the mix", "the best layer"),
         ),
         tested,
-        _counted(tested, data.significance.alpha, "favour the mix", "the best layer"),
     )
 
 
@@ -176,29 +172,31 @@ def _versus(data: ReportData, control: str | None) -> Claim | None:
     label = data.display.label(control)
     tested = [c for c in comparisons if c.effect is not None]
     instances = len(comparisons[0].baseline_cell.instances)
-    counts = _counted(tested, data.significance.alpha, "favour the trained biLM", "the control")
     return _over_tasks(
         Claim(
             f"the trained biLM beats the {label} control",
             f"trained − {label}, scalar mixes, mean over tasks, points",
             "higher",
             None,
-            "",
+            f"{instances} instance(s) of the control",
+            agreement=_counted(
+                tested, data.significance.alpha, "favour the trained biLM", "the control"
+            ),
         ),
         tested,
-        f"{instances} instance(s) of the control; {counts}",
     )
 
 
-def _over_tasks(claim: Claim, tested: Sequence[Tested], counts: str) -> Claim:
-    """``claim`` with the pooled effect of its ``tested`` tasks (one comparison each) and its
-    evidence: the tasks and ``counts``."""
+def _over_tasks(claim: Claim, tested: Sequence[Tested]) -> Claim:
+    """``claim`` with the pooled effect of its ``tested`` tasks (one comparison each), the tasks
+    added to its evidence."""
     if not tested:
-        return dataclasses.replace(claim, evidence="no tested comparison")
+        return dataclasses.replace(claim, evidence="no tested comparison", agreement="")
     effects = [t.effect for t in tested if t.effect is not None]
     tasks = ", ".join(getattr(t, "task", "") for t in tested)
+    evidence = "; ".join(part for part in (tasks, claim.evidence) if part)
     return dataclasses.replace(
-        claim, effect=pooled(effects, [1.0] * len(effects)), evidence=f"{tasks}; {counts}"
+        claim, effect=pooled(effects, [1.0] * len(effects)), evidence=evidence
     )
 
 
@@ -224,8 +222,7 @@ def _task_model(data: ReportData) -> Claim | None:
         measure + ", F1 points",
         "higher",
         effect,
-        f"the stage's test (Holm over its {summary.get('family', {}).get('tests', '?')} inputs:"
-        f" adjusted p {versus.get('p_adjusted')})",
+        f"the stage's test (Holm over its {summary.get('family', {}).get('tests', '?')} inputs)",
     )
 
 

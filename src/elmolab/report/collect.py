@@ -735,7 +735,17 @@ def read_taskmodel(folder: Path, missing: list[str]) -> dict[str, Any] | None:
     if not path.is_file():
         missing.append(f"no task-model results ({path}): ELMo in a task model is not shown")
         return None
-    return _load_json_object(path)
+    summary = _load_json_object(path)
+    versus = summary.get("vs_baseline", {})
+    if not isinstance(versus, Mapping) or any(
+        not isinstance(v, Mapping) or "effect" not in v for v in versus.values()
+    ):
+        missing.append(
+            f"{path}: written by an older task model stage (a t-test over seeds, no two-level"
+            " test): ELMo in a task model is not shown until `dvc repro taskmodel` reruns it"
+        )
+        return None
+    return summary
 
 
 def _load_json_object(path: Path) -> dict[str, Any]:

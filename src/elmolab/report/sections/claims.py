@@ -47,7 +47,11 @@ def table(data: ReportData) -> Table | None:
                 number(_effect_text(claim), "" if claim.effect is None else claim.effect.method),
                 number(p_text(claim.p_adjusted)),
                 TableCell(verdict, badge=_badge(verdict)),
-                TableCell(claim.evidence),
+                TableCell(
+                    claim.evidence
+                    if data.no_verdicts or not claim.agreement
+                    else f"{claim.evidence}; {claim.agreement}"
+                ),
             ]
         )
     tested = sum(claim.p_adjusted is not None for claim in found)
@@ -83,6 +87,7 @@ def summary(data: ReportData) -> dict[str, Any]:
                 "detectable": None if c.effect is None else c.effect.detectable,
                 "verdict": c.verdict(alpha),
                 "evidence": c.evidence,
+                "agreement": c.agreement,
                 "method": None if c.effect is None else c.effect.method,
             }
             for c in claims(data)
