@@ -89,3 +89,19 @@ def test_an_older_task_model_summary_is_listed_as_missing_not_shown(tmp_path):
     assert read_taskmodel(tmp_path, missing) is None
     (line,) = missing
     assert "older task model stage" in line and "dvc repro taskmodel" in line
+
+
+def test_a_pooled_control_is_named_by_its_role():
+    """The stage pools a control's instances under the control's name (``controls``' key): the
+    table names it by its role, as every other table names that control."""
+    from elmolab.report.collect import Display
+    from elmolab.report.sections.task_model import task_model_label
+
+    display = Display(main="trained", random="random", token_layer="token_only")
+    assert task_model_label("elmo_token_layer", display, 3) == (
+        "+ mix of trained token layer + random LSTMs (frozen, 3 instances)"
+    )
+    assert (
+        task_model_label("elmo_random", display, 3) == "+ mix of random init (frozen, 3 instances)"
+    )
+    assert task_model_label("elmo_trained", display) == "+ mix of trained biLM (frozen)"

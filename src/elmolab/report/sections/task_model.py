@@ -4,7 +4,7 @@ baseline (the ELMo paper's Table 1), and its block of ``summary.json`` (the stag
 from __future__ import annotations
 
 from elmolab.core.schema import BASELINE, FINETUNE_PREFIX, MIX_PREFIX
-from elmolab.report.collect import Display
+from elmolab.report.collect import ROLE_LABELS, Display
 from elmolab.report.data import ReportData
 from elmolab.report.format import gain_cells, p_equals, p_text, verdict_cell
 from elmolab.report.layout import Table, TableCell, columns_of, comparison_cells, number
@@ -28,7 +28,10 @@ def task_model_label(name: str, display: Display, instances: int = 1) -> str:
     for prefix, how in ((MIX_PREFIX, "frozen"), (FINETUNE_PREFIX, "fine-tuned")):
         if name.startswith(prefix):
             pooled = f", {instances} instances" if instances > 1 else ""
-            return f"+ mix of {display.label(name.removeprefix(prefix))} ({how}{pooled})"
+            encoder = name.removeprefix(prefix)
+            # a pooled control is named by its control (conf/controls/: random, token_layer)
+            label = ROLE_LABELS[encoder][0] if encoder in ROLE_LABELS else display.label(encoder)
+            return f"+ mix of {label} ({how}{pooled})"
     return name
 
 
