@@ -9,7 +9,8 @@ test F1, and the load average at its start and end.
 
 With ``--stage``, the inputs run as the stage runs them instead (``run_taskmodel``: ``--seeds``
 each, on ``taskmodel.workers`` processes, into a scratch folder), once with one worker and once
-with ``--stage``'s number: one line each with the stage's seconds.
+with ``--stage``'s number: one line each with the stage's wall and CPU seconds (on cores another
+job keeps busy, the workers share what is left; the CPU seconds show the work).
 
 Run: PYTHONPATH=src .venv/bin/python bench/taskmodel_speed.py WORKSPACE [batch_size=512 lr=0.04 ...]
      [--inputs baseline,elmo_trained] [--seed 1] [--epochs 2] [--stage 2 --seeds 1,2]
@@ -22,6 +23,7 @@ import dataclasses
 import json
 import logging
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -74,11 +76,12 @@ def main() -> None:
         mixes = [name.removeprefix("elmo_") for name in names if name != "baseline"]
         for workers in (1, args.stage):
             one = dataclasses.replace(config, mix_encoders=mixes, seeds=seeds, workers=workers)
-            load = os.getloadavg()[0]
+            load, cpu = os.getloadavg()[0], cpu_seconds()
             with tempfile.TemporaryDirectory(prefix="taskmodel-bench-") as scratch:
                 summary = run_taskmodel(one, task, catalog, Path(scratch) / "out")
             line = {"workers": workers, "inputs": one.inputs, "seeds": seeds}
             line["seconds"] = round(summary["wall_seconds"], 1)
+            line["cpu_seconds"] = round(cpu_seconds() - cpu, 1)  # the work, whatever the load
             line["load"] = [round(load, 2), round(os.getloadavg()[0], 2)]
             print(json.dumps(line), flush=True)
         return
@@ -103,6 +106,14 @@ def main() -> None:
         }
         print(json.dumps(line), flush=True)
         del splits
+
+
+def cpu_seconds() -> float:
+    """User and system CPU seconds of this process and its finished children (the workers)."""
+    return sum(
+        usage.ru_utime + usage.ru_stime
+        for usage in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    )
 
 
 if __name__ == "__main__":
