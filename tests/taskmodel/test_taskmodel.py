@@ -82,7 +82,7 @@ def _config(**changes) -> TaskModelConfig:
         seeds=[1], control_seeds=[1], max_epochs=10, patience=10, batch_size=16,
         eval_batch_size=64, lr=0.01, mix_lr=0.05, l2_lambda=0.0, word_dim=0, min_word_count=1,
         hidden_dim=16, lstm_layers=1, dropout=0.0, gradient_clip=5.0, standardize=False,
-        num_threads=1, finetune_encoders=[], finetune_lr=3e-4, bootstrap_samples=500,
+        num_threads=1, workers=1, finetune_encoders=[], finetune_lr=3e-4, bootstrap_samples=500,
         bootstrap_seed=0,
     )  # fmt: skip
     values.update(changes)
@@ -316,6 +316,33 @@ def test_a_controls_instances_train_with_the_control_seeds_and_pool(workspace, t
     assert [p.name for p in (tmp_path / "out" / "elmo_random").iterdir()] == ["seed1"]
     assert "groups first (2 and 2)" in summary["vs_baseline"]["elmo_noise"]["method"]
     assert summary["runs"] == 6
+
+
+def test_two_workers_write_what_one_process_writes_bit_for_bit(workspace, tmp_path) -> None:
+    """The runs trained in two forked workers give every run's record, predictions and the
+    summary exactly as one process training them in turn does (the times aside)."""
+    _, cfg = workspace
+    config = dataclasses.replace(
+        section(cfg, "taskmodel", TaskModelConfig), mix_encoders=["trained", "random"]
+    )
+    catalog = data_catalog(section(cfg, "extract", ExtractConfig))
+    timing = {"wall_seconds", "peak_rss_bytes", "peak_rss_children_bytes"}
+    written = {}
+    for workers in (1, 2):
+        out = tmp_path / f"workers{workers}"
+        one = dataclasses.replace(config, workers=workers)
+        run_taskmodel(one, _task(cfg, one), catalog, out)
+        files = sorted(p for p in out.rglob("*") if p.is_file())
+        written[workers] = {
+            p.relative_to(out): (
+                {k: v for k, v in json.loads(p.read_text()).items() if k not in timing}
+                if p.suffix == ".json"
+                else p.read_text()
+            )
+            for p in files
+        }
+    assert len(written[1]) == 3 * 2 * 2 + 2  # 3 inputs x 2 seeds x 2 files, the summary's 2
+    assert written[2] == written[1]
 
 
 def test_features_that_do_not_match_the_labels_name_the_file(workspace, tmp_path: Path) -> None:

@@ -527,7 +527,8 @@ class TaskModelConfig:
     dropout: float
     gradient_clip: float  # clip the gradient's norm at this
     standardize: bool  # each layer's dimensions by their train mean and deviation
-    num_threads: int  # torch threads
+    num_threads: int  # torch threads (of one worker)
+    workers: int  # processes training the runs side by side (more than 1: one thread each)
     finetune_encoders: list[str]  # one fine-tuned input per encoder (its biLM trains too)
     finetune_lr: float  # Adam's learning rate of a fine-tuned biLM's parameters
     bootstrap_samples: int  # resamples of the two-level bootstrap comparing inputs
@@ -555,7 +556,7 @@ class TaskModelConfig:
         if self.finetune_encoders and not self.finetune_lr > 0:
             raise ElmolabError(f"taskmodel.finetune_lr: {self.finetune_lr} is not positive")
         keys = ("max_epochs", "patience", "batch_size", "eval_batch_size", "hidden_dim")
-        for key in (*keys, "lstm_layers", "bootstrap_samples"):
+        for key in (*keys, "lstm_layers", "bootstrap_samples", "workers"):
             if getattr(self, key) < 1:
                 raise ElmolabError(f"taskmodel.{key}: must be at least 1")
         if not 0.0 <= self.dropout < 1.0:

@@ -36,6 +36,7 @@ Holm-adjusted over the inputs compared (:func:`summarize`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import sys
@@ -72,6 +73,7 @@ from elmolab.io.features import feature_path
 from elmolab.io.results import METRICS_FILE, PREDICTIONS_FILE, SEED_PREFIX
 from elmolab.models.encoder_files import encoder_files
 from elmolab.probing.datasets import FeatureDataset, standardize_layers
+from elmolab.probing.jobs import run_jobs
 from elmolab.probing.metrics import sentence_span_counts
 from elmolab.report.format import gain_cells
 from elmolab.report.significance import RunScores, adjust, compare, span_f1_counts
@@ -383,6 +385,42 @@ def fine_tuned_encoder(
     return lambda: FineTunedLayers.of(source, mean, std)
 
 
+class InputSplits:
+    """The tagging splits of one input at a time (:func:`input_splits`), and a fine-tuned input's
+    maker of its biLM (:func:`fine_tuned_encoder`): runs of the same input in a row read its
+    features once, and a process holds one input's features, however many it trains."""
+
+    def __init__(
+        self, config: TaskModelConfig, data: TaskData, encoders: Mapping[str, Any]
+    ) -> None:
+        self.config = config
+        self.data = data
+        self.encoders = encoders
+        self._name: str | None = None
+        self._loaded: tuple[dict[str, TaggingSplit], Callable[[], FineTunedLayers] | None]
+
+    def __call__(
+        self, name: str
+    ) -> tuple[dict[str, TaggingSplit], Callable[[], FineTunedLayers] | None]:
+        if name != self._name:
+            self._name, self._loaded = None, ({}, None)  # the last input's features go first
+            make_encoder = None
+            if name.startswith(FINETUNE_PREFIX):
+                make_encoder = fine_tuned_encoder(self.config, self.data, name, self.encoders)
+            self._loaded = (input_splits(self.config, self.data, name), make_encoder)
+            self._name = name
+        return self._loaded
+
+
+def run_input(
+    config: TaskModelConfig, data: TaskData, loaded: InputSplits, name: str, seed: int
+) -> tuple[dict[str, Any], list[list[int]]]:
+    """One run of the stage: input ``name`` trained with ``seed`` (:func:`train_one`)."""
+    splits, make_encoder = loaded(name)
+    encoder = None if make_encoder is None else make_encoder()
+    return train_one(config, data, splits, seed, f"{name}/seed{seed}", encoder)
+
+
 def run_taskmodel(
     config: TaskModelConfig,
     task: TaskConfig,
@@ -394,33 +432,40 @@ def run_taskmodel(
     """Every input and seed of ``config`` on ``task`` (:func:`tagging_task`); writes ``out_dir``
     (module docstring) and returns the summary. ``encoders`` (``extract.encoders``) locates the
     biLMs of ``finetune_encoders``; ``controls`` (the config's section: a control -> its
-    instance encoders -> draw seed) pools instances in the summary (:func:`summary_inputs`)."""
+    instance encoders -> draw seed) pools instances in the summary (:func:`summary_inputs`).
+
+    The runs are independent: ``config.workers`` forked processes train them, one torch thread
+    each (``elmolab.probing.jobs.run_jobs``), each run as one process alone would train it. The
+    runs with a mix go first and the baseline's, the shortest, last, so that the workers end
+    close together."""
     config.check()
     pooled = summary_inputs(config.inputs, controls or {})
     instances = {run for name, runs in pooled.items() if runs != [name] for run in runs}
     torch.set_num_threads(config.num_threads)
+    torch.set_flush_denormal(True)  # as run_jobs' workers do: a run's numbers whoever trains it
     start = time.perf_counter()
     data = load_task_data(config, task, catalog)
+    loaded = InputSplits(config, data, encoders or {})
+    order = [name for name in config.inputs if name != BASELINE] + [BASELINE]
+    runs = [
+        (name, seed)
+        for name in order
+        for seed in (config.control_seeds if name in instances else config.seeds)
+    ]
+    jobs = [functools.partial(run_input, config, data, loaded, *run) for run in runs]
     results = []
     with atomic_dir(out_dir) as tmp:
-        for name in config.inputs:
-            splits = input_splits(config, data, name)
-            make_encoder = None
-            if name.startswith(FINETUNE_PREFIX):
-                make_encoder = fine_tuned_encoder(config, data, name, encoders or {})
-            for seed in config.control_seeds if name in instances else config.seeds:
-                encoder = None if make_encoder is None else make_encoder()
-                label = f"{name}/seed{seed}"
-                result, predicted = train_one(config, data, splits, seed, label, encoder)
-                run_dir = tmp / name / f"{SEED_PREFIX}{seed}"
-                write_json(run_dir / METRICS_FILE, result)
-                lengths = [len(s) for s in predicted]
-                flat = torch.tensor([t for s in predicted for t in s], dtype=torch.int64)
-                tags = data.vocabulary.decode_in_data_scheme(flat, lengths)
-                text = "".join(" ".join(s) + "\n" for s in tags)
-                (run_dir / PREDICTIONS_FILE).write_text(text, encoding="utf-8")
-                results.append(result)
-            del splits
+        for (name, seed), (result, predicted) in zip(
+            runs, run_jobs(jobs, config.workers), strict=True
+        ):
+            run_dir = tmp / name / f"{SEED_PREFIX}{seed}"
+            write_json(run_dir / METRICS_FILE, result)
+            lengths = [len(s) for s in predicted]
+            flat = torch.tensor([t for s in predicted for t in s], dtype=torch.int64)
+            tags = data.vocabulary.decode_in_data_scheme(flat, lengths)
+            text = "".join(" ".join(s) + "\n" for s in tags)
+            (run_dir / PREDICTIONS_FILE).write_text(text, encoding="utf-8")
+            results.append(result)
         summary = summarize(
             results, pooled, config.max_epochs, config.bootstrap_samples, config.bootstrap_seed
         )
