@@ -23,8 +23,10 @@ from elmolab.launch.estimate import (
     estimate,
     main,
     params_differences,
+    section_digest,
     stage_minutes,
     stages_to_run,
+    stale_sections,
     summary,
 )
 
@@ -140,7 +142,8 @@ def test_the_block_before_the_study(tmp_path: Path, monkeypatch, capsys) -> None
         f"({pretraining.reason})"
     )
     assert lines[2] == "stages to run: 1 of 4 (d)"
-    assert lines[3] == f"estimated time: {estimate(machine, ['d'], [])}"
+    stale = stale_sections(ROOT / "conf")
+    assert lines[3] == f"estimated time: {estimate(machine, ['d'], [], stale)}"
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["estimate", "--conf", str(ROOT / "conf")])
     main()
@@ -161,4 +164,17 @@ def test_outside_a_dvc_project_every_stage_is_counted(tmp_path: Path) -> None:
     shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
     lines = summary(tmp_path, tmp_path / "params.yaml", ROOT / "conf", WITH_BF16)
     assert lines[2].startswith("stages to run: DVC could not tell (NotDvcRepoError: ")
-    assert lines[3].startswith("estimated time: about 40 min, ")
+    # today's default is not the study whose stage times were measured
+    assert lines[3].startswith("estimated time: none: the default study has changed since")
+
+
+def test_a_default_that_is_not_the_measured_study_gets_no_figure() -> None:
+    """The figures describe one composition (MEASURED_SECTIONS); a default that differs in a
+    section, or has a section the measured one lacked, is another study."""
+    assert stale_sections(ROOT / "conf") == ["extract", "controls", "probe", "grid", "taskmodel"]
+    line = estimate(WITH_BF16, STUDY, [], ["grid", "taskmodel"])
+    assert line == (
+        "none: the default study has changed since its stage times were measured (in grid,"
+        " taskmodel); its next uninterrupted run gives new figures (docs/results.md)"
+    )
+    assert section_digest({"b": 1, "a": [2]}) == section_digest({"a": [2], "b": 1})

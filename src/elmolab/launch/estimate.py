@@ -12,9 +12,13 @@ calibration long enough to say anything would cost minutes of its own.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from dvc.exceptions import DvcException
@@ -57,6 +61,27 @@ NATIVE_BF16_MINUTES: dict[tuple[str, ...], float] = {
     ("polysemy", "report"): 0.3,
 }
 NATIVE_BF16_STUDY_MINUTES = 40.4  # the run's own clock, start to end
+# The default study those minutes describe: each top-level section of its composition (the
+# default of f7606a3, the last one whose stage times are known) by :func:`section_digest`. A
+# default whose sections differ is another study, which no figure here describes.
+MEASURED_SECTIONS = {
+    "seed": "6b86b273ff34",
+    "study": "0bc795864186",
+    "task": "653138242f7f",
+    "paths": "51d165ef3489",
+    "corpus": "ed36917588e7",
+    "model": "0f81785eebbe",
+    "pretrain": "b9018f44b093",
+    "trainer": "269ff169cad6",
+    "logger": "435f0104ca7e",
+    "report": "908b26af4725",
+    "polysemy": "0b3b4f97ffee",
+    "extract": "a1eaa301a02b",
+    "probe": "92855f751767",
+    "features": "85d695adf3fa",
+    "grid": "dfdce85c7140",
+    "taskmodel": "9fc37ad001e2",
+}
 # A 2-core CPU without native bf16 (float32 throughout): pretraining about 7.7x slower (about
 # 2,400 tokens/s against 18,587) and the whole default study about 3 hours; the other stages'
 # factor follows from those two. An estimate, not an uninterrupted run (docs/results.md).
@@ -119,13 +144,40 @@ def named(stages: list[str], most: int = 6) -> str:
     return (", ".join(stages[:most]) or "none") + more
 
 
-def estimate(machine: Machine, stages: list[str], differs: list[str]) -> str:
+def section_digest(value: Any) -> str:
+    """A composed section's value, as JSON with sorted keys, hashed (12 hex digits)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def stale_sections(conf: Path) -> list[str]:
+    """The sections in which the default composition of ``conf`` differs from the study whose
+    stage times this module holds (:data:`MEASURED_SECTIONS`), or that only one of them has."""
+    default = OmegaConf.to_container(OmegaConf.create(compose_params(conf)))
+    names = dict.fromkeys([*default, *MEASURED_SECTIONS])
+    return [
+        name
+        for name in names
+        if name not in default
+        or name not in MEASURED_SECTIONS
+        or section_digest(default[name]) != MEASURED_SECTIONS[name]
+    ]
+
+
+def estimate(
+    machine: Machine, stages: list[str], differs: list[str], stale: Sequence[str] = ()
+) -> str:
     """The estimate's line for ``stages`` (those DVC will run) on ``machine``; ``differs`` names
-    the sections of params.yaml that differ from the default study (which alone was measured)."""
+    the sections of params.yaml that differ from the default study (which alone was measured),
+    ``stale`` those in which today's default differs from the study that was measured."""
     if not stages:
         return "nothing to run: every stage is up to date"
     if machine.gpu:
         return f"none: no measured figure exists for a machine with a GPU ({machine.gpu})"
+    if stale:
+        return (
+            "none: the default study has changed since its stage times were measured (in "
+            f"{', '.join(stale)}); its next uninterrupted run gives new figures (docs/results.md)"
+        )
     if differs:
         return (
             f"none: params.yaml differs from the default study (in {', '.join(differs)}), "
@@ -196,7 +248,7 @@ def summary(root: Path, params: Path, conf: Path, machine: Machine) -> list[str]
         f"precision: pretraining {pretraining.precision}, probes {probes.precision} "
         f"({'; '.join(reasons)})",
         f"stages to run: {to_run}",
-        f"estimated time: {estimate(machine, stages, differs)}",
+        f"estimated time: {estimate(machine, stages, differs, stale_sections(conf))}",
     ]
 
 
