@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fixtures.workspace import CONF, write_mini_data, write_tiny_encoders
+from fixtures.workspace import CONF, ONE_INSTANCE_EACH, write_mini_data, write_tiny_encoders
 
 from elmolab.core.params import compose_params
 from elmolab.io.results import reproducible_results
@@ -56,7 +56,8 @@ def _workspace(root: Path, data_dir: Path) -> Path:
     record the paths they come from, can be compared byte for byte."""
     write_mini_data(data_dir, root / "data")
     write_tiny_encoders(root / "artifacts")
-    text = compose_params(CONF, ["paths.data=data", "paths.artifacts=artifacts", *SETTINGS])
+    overrides = ["paths.data=data", "paths.artifacts=artifacts", *ONE_INSTANCE_EACH, *SETTINGS]
+    text = compose_params(CONF, overrides)
     (root / "params.yaml").write_text(text, encoding="utf-8")
     return root / "params.yaml"
 

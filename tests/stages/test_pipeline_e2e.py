@@ -357,17 +357,12 @@ def _locked_objects(repo: Path) -> set[str]:
 
 
 def _uncached_outputs(repo: Path) -> set[str]:
-    """Outputs ``dvc.yaml`` declares ``cache: false`` (dvc.lock does not say so)."""
-    stages = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"].values()
-    return {
-        path
-        for stage in stages
-        for section in ("outs", "metrics", "plots")
-        for out in stage.get(section, [])
-        if isinstance(out, dict)
-        for path, options in out.items()
-        if (options or {}).get("cache") is False
-    }
+    """Outputs ``dvc.yaml`` declares ``cache: false`` (dvc.lock does not say so), a ``foreach``
+    stage's once per item: as DVC resolves them."""
+    from dvc.repo import Repo
+
+    with Repo(str(repo)) as dvc_repo:
+        return {out.def_path for out in dvc_repo.index.outs if not out.use_cache}
 
 
 def _cached_objects(repo: Path) -> set[str]:
