@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 from elmolab.core.config import load_params
 from elmolab.core.schema import control_folder
 from elmolab.report.collect import Display
-from elmolab.report.format import p_equals, pct
+from elmolab.report.format import interval_text, p_equals, pct
 
 SHORT_METRICS = {"uas": "UAS", "uuas": "UUAS", "accuracy": "accuracy", "span_f1": "span F1"}
 SHORT_VERDICTS = {
@@ -92,7 +92,7 @@ def claims_table(summary: dict[str, Any]) -> list[str]:
     for c in found:
         effect = "–"
         if c["effect"] is not None:
-            effect = f"{c['effect']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]"
+            effect = interval_text(c["effect"], (c["low"], c["high"]))
         p = "–" if c["p_value"] is None else p_equals(c["p_value"]).removeprefix("p ").strip("= ")
         lines.append(f"| {c['claim']} ({c['measure']}) | {effect} | {p} | {c['verdict']} |")
     return lines

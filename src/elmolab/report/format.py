@@ -81,14 +81,22 @@ def p_equals(p_value: float | None) -> str:
     return f"p {text}" if text.startswith("<") else f"p = {text}"
 
 
-def with_interval(tested: Tested, digits: int = 2, scale: float = 100.0) -> str:
-    """A tested difference and its 95% interval, ``scale`` times (points by default):
-    "+0.48 [+0.30, +0.66]"; the difference alone where it was not tested."""
-    text = f"{scale * tested.difference:+z.{digits}f}"
-    if tested.interval is None:
+def interval_text(
+    value: float, interval: tuple[float, float] | None, digits: int = 2, scale: float = 1.0
+) -> str:
+    """A difference and its 95% interval, ``scale`` times: "+0.48 [+0.30, +0.66]"; the
+    difference alone without an interval."""
+    text = f"{scale * value:+z.{digits}f}"
+    if interval is None:
         return text
-    low, high = (f"{scale * end:+z.{digits}f}" for end in tested.interval)
+    low, high = (f"{scale * end:+z.{digits}f}" for end in interval)
     return f"{text} [{low}, {high}]"
+
+
+def with_interval(tested: Tested, digits: int = 2, scale: float = 100.0) -> str:
+    """A tested difference and its 95% interval, in points by default (:func:`interval_text`);
+    the difference alone where it was not tested."""
+    return interval_text(tested.difference, tested.interval, digits, scale)
 
 
 def test_hover(tested: Tested) -> str:
@@ -191,9 +199,8 @@ def json_tested(difference: TestedDifference, alpha: float) -> dict[str, Any]:
 def gain_cells(versus: Mapping[str, Any]) -> list[str]:
     """A comparison's gain with its 95% interval, relative error reduction and adjusted p, as
     text ("–" where not tested)."""
-    gain = f"{versus['effect']:+.2f}"
-    if versus["low"] is not None:
-        gain += f" [{versus['low']:+.2f}, {versus['high']:+.2f}]"
+    tested = versus["low"] is not None
+    gain = interval_text(versus["effect"], (versus["low"], versus["high"]) if tested else None)
     relative = versus["relative"]
     p_value = versus["p_adjusted"]
     return [

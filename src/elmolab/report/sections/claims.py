@@ -8,7 +8,7 @@ from typing import Any
 
 from elmolab.report.claims import CLAIMS_FAMILY, Claim, claims
 from elmolab.report.data import ReportData
-from elmolab.report.format import NO_VERDICT, p_text
+from elmolab.report.format import NO_VERDICT, interval_text, p_text
 from elmolab.report.layout import Table, TableCell, columns_of, number
 
 CLAIMS_NOTE = (
@@ -29,8 +29,7 @@ def _badge(verdict: str) -> str:
 def _effect_text(claim: Claim) -> str:
     if claim.effect is None:
         return "–"
-    e = claim.effect
-    return f"{e.effect:+.2f} [{e.low:+.2f}, {e.high:+.2f}]"
+    return interval_text(claim.effect.effect, (claim.effect.low, claim.effect.high))
 
 
 def table(data: ReportData) -> Table | None:
